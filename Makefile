@@ -1,0 +1,39 @@
+# The README's first two commands: `make run` and `make test`. Each does its own set-up.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed-$(shell cat setup.py | sha256sum | cut -c1-12)
+INDEX   ?= out/index
+ANSWERS ?= out/answers.jsonl
+
+.PHONY: run test bench install clean s3-up s3-down
+
+$(STAMP): setup.py
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+install: $(STAMP)
+
+# Index the sample corpus on the embedded default, then answer the sample questions.
+run: $(STAMP)
+	$(BIN)/ragbeam index --config configs/default.yaml --input samples/corpus --output $(INDEX)
+	@if $(BIN)/ragbeam answer --help >/dev/null 2>&1; then \
+	  $(BIN)/ragbeam answer --config configs/default.yaml --index $(INDEX) \
+	    --questions samples/questions.jsonl --output $(ANSWERS) --show 3; fi
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.run
+
+s3-up: $(STAMP)
+	$(BIN)/python infra/s3/seaweed.py start
+
+s3-down:
+	$(BIN)/python infra/s3/seaweed.py stop
+
+clean:
+	rm -rf out .pytest_cache

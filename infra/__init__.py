@@ -1,0 +1,1 @@
+"""Development infrastructure (local services for tests and demos)."""

@@ -1,0 +1,1 @@
+"""A local S3 server (SeaweedFS) for tests and demos."""

@@ -1,0 +1,151 @@
+"""The answer job: a question file -> one grounded, cited answer per question.
+
+Questions are spread over shards by a hash of their id. Each shard is answered
+as one unit and written atomically (temp file + rename) under
+`<output>.parts/`; a rerun skips shards already written, so a crash costs at
+most the shards in flight and no question is ever written twice. When every
+shard is there, they are joined into `<output>` (again temp + rename).
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import time
+from typing import Optional
+
+import apache_beam as beam
+
+from configs.schema import Config
+from pipelines.options import pipeline_options
+from transforms.embed import model_spec_from_config
+from transforms.publish import resolve_index
+from transforms.qa import AnswerShardFn, Question, error_record
+from transforms.questions import read_questions
+
+
+def shard_of(key: str, shards: int) -> int:
+    return int(hashlib.sha256(key.encode("utf-8")).hexdigest()[:12], 16) % shards
+
+
+def part_path(parts_dir: str, shard: int, shards: int, fmt: str) -> str:
+    return os.path.join(parts_dir, f"shard-{shard:05d}-of-{shards:05d}.{fmt}")
+
+
+def _key(rec) -> tuple[int, object]:
+    return rec.line if isinstance(rec, Question) else rec.get("line", 0)
+
+
+def order_and_dedupe(records: list) -> list:
+    """Input order, and one answer per id: a repeated id becomes an error record."""
+    seen: dict[str, int] = {}
+    out = []
+    for rec in sorted(records, key=_key):
+        if isinstance(rec, Question):
+            if rec.id in seen:
+                out.append({**error_record(rec.id, rec.question,
+                                           f"line {rec.line}: duplicate id (first at line {seen[rec.id]})"),
+                            "line": rec.line})
+                continue
+            seen[rec.id] = rec.line
+        out.append(rec)
+    return out
+
+
+def write_part(path: str, records: list[dict], fmt: str) -> None:
+    tmp = path + ".tmp"
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        rows = [{**r, "citations": json.dumps(r["citations"]), "retrieved": json.dumps(r["retrieved"])}
+                for r in records]
+        pq.write_table(pa.Table.from_pylist(rows), tmp, compression="zstd")
+    else:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for r in records:
+                f.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)  # the shard exists whole or not at all
+
+
+class WriteShardFn(beam.DoFn):
+    def __init__(self, parts_dir: str, shards: int, fmt: str):
+        self.parts_dir, self.shards, self.fmt = parts_dir, shards, fmt
+
+    def process(self, element):
+        shard, records = element
+        records = sorted(records, key=lambda r: r.get("line") or 0)
+        for r in records:
+            r.pop("line", None)
+        write_part(part_path(self.parts_dir, shard, self.shards, self.fmt), records, self.fmt)
+        yield len(records)
+
+
+def join_parts(parts_dir: str, output: str, fmt: str) -> int:
+    parts = sorted(glob.glob(os.path.join(parts_dir, f"shard-*.{fmt}")))
+    tmp = output + ".tmp"
+    n = 0
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        tables = [pq.read_table(p) for p in parts]
+        tables = [t for t in tables if t.num_rows]
+        table = pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
+        pq.write_table(table, tmp, compression="zstd")
+        n = table.num_rows
+    else:
+        with open(tmp, "wb") as out:
+            for p in parts:
+                with open(p, "rb") as f:
+                    data = f.read()
+                out.write(data)
+                n += data.count(b"\n")
+    os.replace(tmp, output)
+    return n
+
+
+def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress: bool = True,
+               beam_args: Optional[list[str]] = None, log=print) -> dict:
+    from pipelines.index import counters, s3_settings
+
+    started = time.monotonic()
+    version_dir = resolve_index(index)
+    spec = model_spec_from_config(cfg)
+    from transforms.qa import check_model
+    with open(os.path.join(version_dir, "manifest.json"), encoding="utf-8") as f:
+        check_model(json.load(f), spec)  # refuse before any work, not in every worker
+    shards, fmt = cfg.output.shards, cfg.output.format
+    parts_dir = output + ".parts"
+    os.makedirs(parts_dir, exist_ok=True)
+    done = {s for s in range(shards) if os.path.exists(part_path(parts_dir, s, shards, fmt))}
+    log(f"ragbeam answer: {questions} against {version_dir} "
+        f"({len(done)}/{shards} shards already written)")
+    s3 = s3_settings(cfg)
+
+    def keyed(rec):
+        key = rec.id if isinstance(rec, Question) else f"line:{rec.get('line')}"
+        return shard_of(key, shards), rec
+
+    with beam.Pipeline(options=pipeline_options(cfg, beam_args)) as p:
+        (p
+         | "QuestionFile" >> beam.Create([questions])
+         | "ReadQuestions" >> beam.FlatMap(lambda uri: read_questions(uri, s3=s3))
+         | "KeyByShard" >> beam.Map(keyed)
+         | "SkipWrittenShards" >> beam.Filter(lambda kv: kv[0] not in done)
+         | "GroupByShard" >> beam.GroupByKey()
+         | "OrderAndDedupe" >> beam.MapTuple(lambda s, recs: (s, order_and_dedupe(list(recs))))
+         | "AnswerShard" >> beam.ParDo(AnswerShardFn(version_dir, cfg, spec,
+                                                     progress_every_s=5.0 if progress else 0.0))
+         | "WriteShard" >> beam.ParDo(WriteShardFn(parts_dir, shards, fmt)))
+    stats = counters(p.result)
+    n = join_parts(parts_dir, output, fmt)
+    summary = {"questions_written": n, "answered": stats.get("answered", 0),
+               "not_found": stats.get("not_found", 0), "errors": stats.get("answer_errors", 0),
+               "invalid_citations_removed": stats.get("invalid_citations_removed", 0),
+               "shards_skipped": len(done), "shards": shards,
+               "wall_s": round(time.monotonic() - started, 2), "index_version": os.path.basename(version_dir)}
+    with open(output + ".summary.json", "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2)
+    return summary

@@ -1,0 +1,96 @@
+"""`ragbeam`: the command line. Parses arguments and config, then calls a job."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from configs.schema import ConfigError, load_config
+
+
+def _index(args) -> int:
+    from pipelines.index import run_index
+    from pipelines.summary import format_summary
+
+    cfg = load_config(args.config)
+    summary = run_index(cfg, args.input, args.output, progress=not args.quiet, beam_args=args.beam_args)
+    print(format_summary(summary))
+    print(f"published    {args.output} (summary.json beside the version)")
+    return 0 if summary["balanced"] else 3
+
+
+def _build_artifacts(args) -> int:
+    from pipelines.build_artifacts import build_version_artifact
+    from transforms.embed import model_spec_from_config
+    from transforms.publish import resolve_index
+
+    cfg = load_config(args.config)
+    version_dir = resolve_index(args.index)
+    stats = build_version_artifact(version_dir, cfg, model_spec_from_config(cfg))
+    print(f"built {version_dir}/index.duckdb: {stats}")
+    return 0
+
+
+def _answer(args) -> int:
+    from pipelines.answer import run_answer
+
+    cfg = load_config(args.config)
+    if args.format:
+        cfg = cfg.model_copy(update={"output": cfg.output.model_copy(update={"format": args.format})})
+    summary = run_answer(cfg, args.index, args.questions, args.output, progress=not args.quiet,
+                         beam_args=args.beam_args)
+    print(f"answers      {summary['questions_written']} written to {args.output}: "
+          f"{summary['answered']} answered, {summary['not_found']} not found, {summary['errors']} errors "
+          f"({summary['invalid_citations_removed']} invalid citations removed)")
+    print(f"time         {summary['wall_s']:.1f} s; shards skipped as already written: "
+          f"{summary['shards_skipped']}/{summary['shards']}")
+    if args.show and cfg.output.format == "jsonl":
+        from pipelines.show import show_answers
+        show_answers(args.output, args.show)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ragbeam", description="Batch RAG indexing and answering on Apache Beam.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    ix = sub.add_parser("index", help="index documents from a folder or s3:// prefix into an index dir")
+    ix.add_argument("--config", default=None, help="YAML config (default: the packaged configs/default.yaml)")
+    ix.add_argument("--input", required=True, help="local folder or s3://bucket/prefix")
+    ix.add_argument("--output", required=True, help="index directory (versions + CURRENT pointer)")
+    ix.add_argument("--quiet", action="store_true", help="no progress lines")
+    ix.set_defaults(func=_index)
+
+    ba = sub.add_parser("build-artifacts", help="rebuild the DuckDB artifact of an index from its shards")
+    ba.add_argument("--config", default=None)
+    ba.add_argument("--index", required=True, help="index dir (uses CURRENT) or a version dir")
+    ba.set_defaults(func=_build_artifacts)
+    an = sub.add_parser("answer", help="answer a question file (JSONL, CSV, Parquet) against an index")
+    an.add_argument("--config", default=None)
+    an.add_argument("--index", required=True, help="index dir (uses CURRENT) or a version dir")
+    an.add_argument("--questions", required=True, help="questions file, local or s3://")
+    an.add_argument("--output", required=True, help="answers file (.jsonl or .parquet)")
+    an.add_argument("--format", choices=["jsonl", "parquet"], default=None)
+    an.add_argument("--show", type=int, default=0, help="print this many answers with their sources")
+    an.add_argument("--quiet", action="store_true")
+    an.set_defaults(func=_answer)
+    return p
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    parser = build_parser()
+    args, beam_args = parser.parse_known_args(argv)
+    args.beam_args = beam_args  # anything else goes to Beam as pipeline options
+    try:
+        return args.func(args)
+    except ConfigError as e:
+        print(f"config error:\n{e}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

