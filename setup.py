@@ -31,7 +31,6 @@ setup(
         "pypdf>=4",
         "lxml>=5",
         "markdown-it-py>=3",
-        "scipy>=1.10",
         "psutil>=5.9",
     ],
     extras_require={

@@ -123,6 +123,16 @@ class OutputConfig(_Strict):
     batch_size: int = Field(64, ge=1, le=100000)
 
 
+class GateConfig(_Strict):
+    """Eval gate: a new version is published only if it passes on a golden set."""
+    dataset: str  # BEIR layout: queries.jsonl + qrels/test.tsv; corpus ids are doc ids of the index
+    metric: str = "ndcg@10"
+    stage: Literal["bm25", "dense", "hybrid", "reranked"] = "hybrid"
+    min: Optional[float] = Field(None, ge=0, le=1)  # absolute floor
+    max_drop: Optional[float] = Field(None, ge=0, le=1)  # no worse than the live version by more than this
+    max_questions: int = Field(200, ge=1)
+
+
 class Config(_Strict):
     runner: RunnerConfig = RunnerConfig()
     s3: S3Config = S3Config()
@@ -137,6 +147,7 @@ class Config(_Strict):
     rerank: RerankConfig = RerankConfig()
     answer: AnswerConfig = AnswerConfig()
     output: OutputConfig = OutputConfig()
+    gate: Optional[GateConfig] = None
 
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

@@ -9,11 +9,20 @@ from configs.schema import ConfigError, load_config
 
 
 def _index(args) -> int:
-    from pipelines.index import run_index
+    from pipelines.index import GateFailed, run_index
     from pipelines.summary import format_summary
 
     cfg = load_config(args.config)
-    summary = run_index(cfg, args.input, args.output, progress=not args.quiet, beam_args=args.beam_args)
+    if args.dry_run:
+        from pipelines.index import dry_run
+        print(dry_run(cfg, args.input, args.output))
+        return 0
+    try:
+        summary = run_index(cfg, args.input, args.output, progress=not args.quiet, beam_args=args.beam_args)
+    except GateFailed as e:
+        print(format_summary(e.summary))
+        print(f"NOT PUBLISHED: {e}; the live version stays as it was", file=sys.stderr)
+        return 4
     print(format_summary(summary))
     print(f"published    {args.output} (summary.json beside the version)")
     return 0 if summary["balanced"] else 3
@@ -59,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     ix.add_argument("--input", required=True, help="local folder or s3://bucket/prefix")
     ix.add_argument("--output", required=True, help="index directory (versions + CURRENT pointer)")
     ix.add_argument("--quiet", action="store_true", help="no progress lines")
+    ix.add_argument("--dry-run", action="store_true",
+                    help="print what would be added, changed, removed and carried over; change nothing")
     ix.set_defaults(func=_index)
 
     ba = sub.add_parser("build-artifacts", help="rebuild the DuckDB artifact of an index from its shards")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import datetime
 import os
+import signal
 import time
-from dataclasses import dataclass, field
 from typing import Optional
 
 import apache_beam as beam
@@ -22,10 +22,13 @@ from transforms.chunk import DOCUMENTS, ChunkFn, ChunkSettings
 from transforms.contextualize import ContextualizeFn
 from transforms.dedupe import DedupeByContent
 from transforms.embed import EmbedChunksFn, ModelSpec, model_spec_from_config
+from transforms.embed_cache import CACHE_SCHEMA, NEW_ENTRIES_DIR, commit_new_entries, namespace_dir
+from transforms.incremental import (SOURCES_READ_DIR, Plan as IndexPlan, load_live, make_plan, processing_key,
+                                    write_sources_and_carry)
 from transforms.parse.dofn import DEAD_LETTER, ParseFn
 from transforms.read import ListedObject, ReadObjectsFn, S3Settings, list_objects
-from transforms.records import (CHUNK_SCHEMA, DEAD_LETTER_SCHEMA, DOCUMENT_SCHEMA, Chunk, DeadLetter,
-                                RawObject, UniqueObject, dead_letter_row)
+from transforms.records import (CHUNK_SCHEMA, DEAD_LETTER_SCHEMA, DOCUMENT_SCHEMA, SOURCE_SCHEMA, Chunk,
+                                RawObject, dead_letter_row)
 from transforms.shards import CHUNKS_DIR, DEAD_LETTERS_DIR, DOCUMENTS_DIR, WriteShards
 
 PIPELINE_VERSION = "1"
@@ -41,39 +44,40 @@ def chunk_settings(cfg: Config, spec: ModelSpec) -> ChunkSettings:
                          overlap_tokens=cfg.chunk.overlap_tokens, context_tokens=cfg.chunk.context_tokens)
 
 
-@dataclass
-class IndexPlan:
-    """What this run reads and processes (the incremental planner fills `carried`)."""
-    listed: list[ListedObject]
-    to_process: list[ListedObject]
-    carried: dict = field(default_factory=dict)
+def source_row(raw: RawObject) -> dict:
+    return {"uri": raw.uri, "key": raw.key, "size": raw.size, "mtime": raw.mtime,
+            "content_hash": raw.content_hash, "status": "live", "tombstoned_at": None}
 
 
-def build_index_pipeline(p: beam.Pipeline, to_process: list[ListedObject], out_dir: str, cfg: Config,
-                         spec: ModelSpec, indexed_at: datetime.datetime, progress: bool = False) -> None:
+def build_index_pipeline(p: beam.Pipeline, plan: IndexPlan, out_dir: str, cfg: Config, spec: ModelSpec,
+                         indexed_at: datetime.datetime, cache_dir: Optional[str], progress: bool = False) -> None:
     """The Beam graph. Every step has a stable label (runners key state and metrics on them)."""
     settings = chunk_settings(cfg, spec)
     acl_rules = tuple((r.prefix, tuple(r.groups)) for r in cfg.acl)
 
-    listed = (p | "ListSource" >> beam.Create(to_process).with_output_types(ListedObject)
+    listed = (p | "ListSource" >> beam.Create(plan.to_read).with_output_types(ListedObject)
                 | "SpreadReads" >> beam.Reshuffle())
-    read = listed | "Read" >> beam.ParDo(ReadObjectsFn(s3_settings(cfg))).with_outputs(
-        DEAD_LETTER, main="objects")
+    read = listed | "Read" >> beam.ParDo(ReadObjectsFn(s3_settings(cfg), cfg.source.max_object_bytes)
+                                         ).with_outputs(DEAD_LETTER, main="objects")
     raws = read.objects
-    uniques = raws | "DedupeByContent" >> DedupeByContent()
+    (raws | "SourceRows" >> beam.Map(source_row).with_output_types(dict)
+          | "WriteSourcesRead" >> WriteShards(os.path.join(out_dir, SOURCES_READ_DIR), SOURCE_SCHEMA))
+    uniques = raws | "DedupeByContent" >> DedupeByContent(plan.extra_copies(), plan.known_rep)
     parsed = uniques | "Parse" >> beam.ParDo(ParseFn(acl_rules)).with_outputs(DEAD_LETTER, main="documents")
     chunked = parsed.documents | "Chunk" >> beam.ParDo(
         ChunkFn(settings, spec.tokenizer_path)).with_outputs(DOCUMENTS, DEAD_LETTER, main="chunks")
     chunks = chunked.chunks | "Contextualize" >> beam.ParDo(
         ContextualizeFn(cfg.contextualize.kind, settings.context_tokens, spec.tokenizer_path)
     ).with_output_types(Chunk)
-    rows = (chunks
-            | "BatchForEmbedding" >> beam.BatchElements(min_batch_size=cfg.embed.batch_size,
-                                                        max_batch_size=cfg.embed.batch_size * 8)
-            | "Embed" >> beam.ParDo(EmbedChunksFn(spec, cfg.embed.batch_size, indexed_at,
-                                                  progress_every_s=5.0 if progress else 0.0))
-            .with_output_types(dict))
-    rows | "WriteChunks" >> WriteShards(os.path.join(out_dir, CHUNKS_DIR), CHUNK_SCHEMA)
+    embedded = (chunks
+                | "BatchForEmbedding" >> beam.BatchElements(min_batch_size=cfg.embed.batch_size,
+                                                            max_batch_size=cfg.embed.batch_size * 8)
+                | "Embed" >> beam.ParDo(EmbedChunksFn(spec, cfg.embed.batch_size, indexed_at, cache_dir,
+                                                      progress_every_s=5.0 if progress else 0.0))
+                .with_outputs(EmbedChunksFn.NEW_EMBEDDINGS, main="rows"))
+    embedded.rows | "WriteChunks" >> WriteShards(os.path.join(out_dir, CHUNKS_DIR), CHUNK_SCHEMA)
+    embedded[EmbedChunksFn.NEW_EMBEDDINGS] | "WriteNewEmbeddings" >> WriteShards(
+        os.path.join(out_dir, NEW_ENTRIES_DIR), CACHE_SCHEMA)
     chunked[DOCUMENTS] | "WriteDocuments" >> WriteShards(os.path.join(out_dir, DOCUMENTS_DIR), DOCUMENT_SCHEMA)
     ((read[DEAD_LETTER], parsed[DEAD_LETTER], chunked[DEAD_LETTER])
      | "FlattenDeadLetters" >> beam.Flatten()
@@ -90,6 +94,71 @@ def counters(result) -> dict[str, int]:
     return out
 
 
+def current_versions(cfg: Config, spec: ModelSpec) -> dict:
+    """Everything that shapes a content's rows; rows are reused only when all of it is equal."""
+    from transforms.contextualize import make_contextualizer
+    from transforms.parse import PARSER_VERSION
+
+    return {"pipeline": PIPELINE_VERSION, "parser": PARSER_VERSION,
+            "chunker": chunk_settings(cfg, spec).version,
+            "contextualizer": make_contextualizer(cfg.contextualize.kind).version,
+            "model": spec.namespace, "acl": [[r.prefix, list(r.groups)] for r in cfg.acl]}
+
+
+def _kill_point(name: str) -> None:
+    """Tests kill the job for real at named points (RAGBEAM_TEST_KILL_AT=name)."""
+    if os.environ.get("RAGBEAM_TEST_KILL_AT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def plan_run(cfg: Config, input_uri: str, index_dir: str, spec: ModelSpec) -> IndexPlan:
+    listed = list_objects(input_uri, s3_settings(cfg))
+    live = load_live(index_dir) if os.path.isdir(index_dir) else None
+    return make_plan(listed, live, processing_key(current_versions(cfg, spec)), cfg.source.full_hash)
+
+
+def describe_plan(plan: IndexPlan) -> dict:
+    live = plan.live.sources if plan.live else {}
+    new = [lo.uri for lo in plan.to_read if lo.uri not in live]
+    maybe_changed = [lo.uri for lo in plan.to_read if lo.uri in live]
+    return {"listed": len(plan.listed), "new_paths": new, "to_read_existing_paths": maybe_changed,
+            "removed_paths": plan.removed, "unchanged_paths": len(plan.skipped),
+            "live_version": os.path.basename(plan.live.version_dir) if plan.live else None}
+
+
+def dry_run(cfg: Config, input_uri: str, index_dir: str) -> str:
+    """What a run would do. Objects whose size/mtime changed are read and hashed to tell a
+    real change from a touch; nothing is parsed, embedded or written."""
+    from transforms.read import read_object
+
+    spec = model_spec_from_config(cfg)
+    plan = plan_run(cfg, input_uri, index_dir, spec)
+    live = plan.live.sources if plan.live else {}
+    client = s3_settings(cfg).client() if input_uri.startswith("s3://") else None
+    known = set(plan.known_rep)
+    added, added_known, changed, touched = [], [], [], []
+    for lo in plan.to_read:
+        h = read_object(lo, client).content_hash
+        if lo.uri not in live:
+            (added_known if h in known else added).append(lo.uri)
+        elif live[lo.uri]["content_hash"] != h:
+            changed.append(lo.uri)
+        else:
+            touched.append(lo.uri)
+    lines = [f"dry run against {'live version ' + os.path.basename(plan.live.version_dir) if plan.live else 'an empty index'}:",
+             f"  would add {len(added) + len(added_known)} paths ({len(added_known)} of them copies of indexed content, "
+             "no new embedding)",
+             f"  would re-process {len(changed)} changed paths",
+             f"  would remove {len(plan.removed)} paths",
+             f"  would carry over {len(plan.skipped) + len(touched)} unchanged paths "
+             f"({len(touched)} touched but with the same content)"]
+    for label, uris in (("add", added + added_known), ("change", changed), ("remove", plan.removed)):
+        lines += [f"    {label:6s} {u}" for u in uris[:50]]
+        if len(uris) > 50:
+            lines.append(f"    ... and {len(uris) - 50} more to {label}")
+    return "\n".join(lines)
+
+
 def run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool = True,
               beam_args: Optional[list[str]] = None, log=print) -> dict:
     """Index `input_uri` into a new version of `index_dir`; return the run summary."""
@@ -99,25 +168,50 @@ def run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool = T
     started = time.monotonic()
     spec = model_spec_from_config(cfg)
     log(f"ragbeam index: listing {input_uri}")
-    listed = list_objects(input_uri, s3_settings(cfg))
+    plan = plan_run(cfg, input_uri, index_dir, spec)
+    if not plan.listed:
+        raise FileNotFoundError(f"{input_uri}: no objects to index")
     version = publish.new_version_name()
     publish.clear_staging(index_dir)
     out_dir = publish.staging_dir(index_dir, version)
     os.makedirs(out_dir, exist_ok=True)
+    cache_dir = namespace_dir(index_dir, spec.namespace)
     indexed_at = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-    log(f"ragbeam index: {len(listed)} objects -> version {version} ({cfg.runner.name})")
+    log(f"ragbeam index: {len(plan.listed)} objects, {len(plan.to_read)} to read, "
+        f"{len(plan.skipped)} unchanged, {len(plan.removed)} removed -> version {version} ({cfg.runner.name})")
 
     with beam.Pipeline(options=pipeline_options(cfg, beam_args)) as p:
-        build_index_pipeline(p, listed, out_dir, cfg, spec, indexed_at, progress=progress)
-    result = p.result
+        build_index_pipeline(p, plan, out_dir, cfg, spec, indexed_at, cache_dir, progress=progress)
+    stats = counters(p.result)
     pipeline_s = time.monotonic() - started
-    stats = counters(result)
+    _kill_point("after_pipeline")
 
+    changes = write_sources_and_carry(plan, out_dir)
     artifact = build_version_artifact(out_dir, cfg, spec) if cfg.artifacts.build else {}
-    summary = reconcile(stats, listed=len(listed))
+    _kill_point("after_artifact")
+    summary = reconcile(stats, listed=len(plan.listed), skipped=len(plan.skipped))
+    summary.update(changes)
     summary.update(version=version, input=input_uri, wall_s=round(time.monotonic() - started, 2),
-                   pipeline_s=round(pipeline_s, 2), artifact=artifact)
-    write_run_outputs(out_dir, cfg, spec, summary, pipeline_version=PIPELINE_VERSION)
+                   pipeline_s=round(pipeline_s, 2), artifact=artifact,
+                   previous_version=os.path.basename(plan.live.version_dir) if plan.live else None)
+    # The eval gate (if configured) decides before anything becomes visible.
+    from pipelines.gate import check_gate
+    gate = check_gate(cfg, out_dir, index_dir, plan.live.version_dir if plan.live else None, log=log)
+    if gate is not None:
+        summary["gate"] = gate
+    versions = current_versions(cfg, spec)
+    write_run_outputs(out_dir, cfg, spec, summary, versions=versions, processing_key=processing_key(versions))
+    if gate is not None and not gate["passed"]:
+        raise GateFailed(gate, summary)
     publish.publish(index_dir, version)
+    _kill_point("after_publish")
+    # Commit after success: the new vectors join the cache only now.
+    summary["cache_files_added"] = commit_new_entries(publish.version_dir(index_dir, version), cache_dir, version)
     summary["pruned"] = publish.prune(index_dir, cfg.index.keep_versions)
     return summary
+
+
+class GateFailed(RuntimeError):
+    def __init__(self, gate: dict, summary: dict):
+        super().__init__(gate.get("message", "eval gate failed"))
+        self.gate, self.summary = gate, summary

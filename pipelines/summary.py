@@ -9,13 +9,15 @@ from transforms import publish
 from transforms.embed import ModelSpec, POOLING
 
 
-def reconcile(counters: dict[str, int], listed: int) -> dict:
-    """read = unique parsed + duplicates + dead-lettered; `balanced` says whether it holds."""
+def reconcile(counters: dict[str, int], listed: int, skipped: int = 0) -> dict:
+    """listed = unchanged (not re-read) + read; read = parsed + duplicates + carried + dead-lettered."""
     c = lambda k: int(counters.get(k, 0))  # noqa: E731
     dead_objects = c("read_errors") + c("dead_lettered_parse")
     summary = {
         "listed": listed,
+        "unchanged_not_read": skipped,
         "read": c("read_objects") + c("read_errors"),
+        "carried_read": c("carried_objects"),
         "unique": c("unique_objects"),
         "duplicates": c("duplicate_objects"),
         "parsed": c("parsed_objects"),
@@ -25,25 +27,23 @@ def reconcile(counters: dict[str, int], listed: int) -> dict:
         "dead_lettered_documents": c("dead_lettered_chunk"),
         "chunks": c("chunks"),
         "embedded": c("embedded"),
+        "cache_hits": c("cache_hits"),
         "bytes_read": c("read_bytes"),
     }
-    summary["balanced"] = (summary["read"] == listed
-                           and summary["read"] == summary["parsed"] + summary["duplicates"] + dead_objects)
+    summary["balanced"] = (summary["read"] + skipped == listed
+                           and summary["read"] == summary["parsed"] + summary["duplicates"]
+                           + summary["carried_read"] + dead_objects)
     return summary
 
 
 def write_run_outputs(version_dir: str, cfg: Config, spec: ModelSpec, summary: dict,
-                      pipeline_version: str) -> None:
-    from transforms.chunk import CHUNKER_VERSION
-    from transforms.contextualize import make_contextualizer
-    from transforms.parse import PARSER_VERSION
-
+                      versions: dict, processing_key: str) -> None:
     manifest = {
         "version": summary["version"],
         "model": {"id": spec.model_id, "sha256": spec.model_sha256, "pooling": POOLING,
                   "max_length": spec.max_length, "namespace": spec.namespace},
-        "versions": {"pipeline": pipeline_version, "parser": PARSER_VERSION, "chunker": CHUNKER_VERSION,
-                     "contextualizer": make_contextualizer(cfg.contextualize.kind).version},
+        "versions": versions,
+        "processing_key": processing_key,
         "config": cfg.model_dump(mode="json", exclude={"s3"}),  # never write secrets
         "counts": {k: summary[k] for k in ("documents", "chunks", "dead_lettered", "duplicates")},
         "artifact": summary.get("artifact", {}),
@@ -59,10 +59,13 @@ def format_summary(s: dict) -> str:
     a = s.get("artifact") or {}
     lines = [
         f"version      {s['version']}  (input {s['input']})",
-        f"objects      read {s['read']} = parsed {s['parsed']} + duplicates {s['duplicates']}"
+        f"objects      listed {s['listed']} = unchanged {s['unchanged_not_read']} + read {s['read']};"
+        f" read = parsed {s['parsed']} + duplicates {s['duplicates']} + carried {s['carried_read']}"
         f" + dead-lettered {s['dead_lettered']}   [{'ok' if s['balanced'] else 'DOES NOT RECONCILE'}]",
+        f"changes      added {s.get('added', 0)}, changed {s.get('changed', 0)}, removed {s.get('removed', 0)},"
+        f" carried over {s.get('carried_documents', 0)} documents / {s.get('carried_chunks', 0)} chunks",
         f"documents    {s['documents']}  (bad JSONL lines dead-lettered: {s['dead_lettered_lines']})",
-        f"chunks       {s['chunks']} chunked, {s['embedded']} embedded",
+        f"chunks       {s['chunks']} chunked, {s['embedded']} embedded, {s['cache_hits']} from the embedding cache",
         f"time         {s['wall_s']:.1f} s wall, pipeline {s['pipeline_s']:.1f} s"
         f"  ({docs_rate:.1f} objects/s, {rate:.1f} chunks/s)",
     ]

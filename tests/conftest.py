@@ -83,3 +83,49 @@ def s3_server(tmp_path_factory):
 def upload_dir(s3_server):
     """upload_dir(local_dir, bucket, prefix) -> uploaded keys (bucket created if needed)."""
     return s3_server.upload_dir
+
+
+# --- a small mixed-format corpus and its index, shared by the pipeline tests ------------
+# A subset of samples/corpus keeps the embedding cost of the suite to seconds while
+# still covering every format, a duplicate and a file that must be dead-lettered.
+MINI_CORPUS_FILES = [
+    "python/library/glob.html",
+    "mirror/python/library/json.html",
+    "python/library/json.html",
+    "man/man3/fnmatch.3",
+    "man/man3/globfree.3",
+    "nodejs/api/punycode.md",
+    "git/git-version.txt",
+    "records/faq.jsonl",
+    "broken/truncated.pdf",
+]
+SAMPLES = ROOT / "samples" / "corpus"
+
+
+def copy_corpus(dest: Path, files=MINI_CORPUS_FILES) -> Path:
+    import shutil
+    for rel in files:
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(SAMPLES / rel, target)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def mini_corpus(tmp_path_factory) -> Path:
+    return copy_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture(scope="session")
+def test_config():
+    from configs.schema import load_config
+    return load_config(environ={})
+
+
+@pytest.fixture(scope="session")
+def mini_index(mini_corpus, test_config, tmp_path_factory):
+    """(index dir, summary) of the mini corpus indexed from the local folder."""
+    from pipelines.index import run_index
+    index_dir = tmp_path_factory.mktemp("index")
+    summary = run_index(test_config, str(mini_corpus), str(index_dir), progress=False, log=lambda *_: None)
+    return index_dir, summary

@@ -219,3 +219,14 @@ def test_build_is_atomic(built, tmp_path):
     with pytest.raises(ValueError, match="duplicate"):
         build_artifact([built["files"][0], built["files"][0]], db)
     assert not os.path.exists(db)
+
+
+def test_build_without_hnsw(built, tmp_path):
+    db = str(tmp_path / "nohnsw.duckdb")
+    stats = build_artifact(built["files"][:1], db, with_hnsw=False)
+    with open_artifact(db) as con:
+        assert read_meta(con)["hnsw"] is False and stats["rows"] == N // 3
+        dense = DenseIndex.from_artifact(con)
+        _, exact = dense.search(dense.matrix[:3], 5)
+        _, brute = search_hnsw(con, dense.matrix[:3], 5)  # no index: DuckDB scans, still exact
+        assert (exact == brute).all() and (exact[:, 0] == [0, 1, 2]).all()

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Optional
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
 from transforms.records import CHUNK_SCHEMA, EMBEDDING_DIM
 
@@ -74,6 +75,7 @@ def connect(path: str, read_only: bool = False, threads: Optional[int] = None):
 # codes and numbers are never stemmed.
 _COMPOUND = re.compile(r"[^\W_]+(?:[._\-][^\W_]+)*")
 _PART = re.compile(r"[^\W_]+")
+_COMBINING = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
 _PLAIN_WORD = re.compile(r"[a-z]+")
 STOPWORDS = frozenset("""a an and are as at be been but by can could did do does for from
 had has have how i if in into is it its me my no not of on or our she should so such than
@@ -84,16 +86,18 @@ who whom why will with would you your""".split())
 def bm25_tokens(text: str) -> list[str]:
     """Unstemmed normalised tokens: NFKD, accents stripped, lower-cased, codes kept."""
     text = text or ""
-    if not text.isascii():  # the per-character pass is the slow part; most text skips it
-        text = unicodedata.normalize("NFKD", text)
-        text = "".join(c for c in text if not unicodedata.combining(c))
+    if not text.isascii():  # strip accents: café -> cafe, and casefold: straße -> strasse
+        text = _COMBINING.sub("", unicodedata.normalize("NFKD", text)).casefold()
     text = text.lower()
     out: list[str] = []
-    for m in _COMPOUND.finditer(text):
-        parts = _PART.findall(m.group())
-        out.extend(p for p in parts if p not in STOPWORDS or len(parts) > 1)
-        if len(parts) > 1:
-            out.append("_".join(parts))
+    for m in _COMPOUND.findall(text):
+        if m.isalnum():  # plain word or number: the common case, no second regex
+            if m not in STOPWORDS:
+                out.append(m)
+            continue
+        parts = _PART.findall(m)  # a code: keep its parts and the joined form
+        out.extend(parts)
+        out.append("_".join(parts))
     return out
 
 
@@ -137,8 +141,12 @@ def read_meta(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
 def build_artifact(chunk_files: list[str], db_path: str, *, hnsw_m: int = 16,
                    hnsw_ef_construction: int = 128, hnsw_ef_search: int = 64,
                    metric: str = "cosine", threads: Optional[int] = None,
-                   stemmer: str = "porter", bm25_k1: float = 1.2, bm25_b: float = 0.75) -> dict:
-    """Build the artifact at db_path from Parquet chunk shards; returns the stats."""
+                   stemmer: str = "porter", bm25_k1: float = 1.2, bm25_b: float = 0.75,
+                   with_hnsw: bool = True) -> dict:
+    """Build the artifact at db_path from Parquet chunk shards; returns the stats.
+
+    with_hnsw=False skips the index (the slowest part by far) for corpora that
+    retrieve.choose_dense_mode() will search exactly anyway."""
     if metric not in DISTANCE_FN:
         raise ValueError(f"metric {metric!r} not in {sorted(DISTANCE_FN)}")
     if not chunk_files:
@@ -167,16 +175,16 @@ def build_artifact(chunk_files: list[str], db_path: str, *, hnsw_m: int = 16,
         stats["table_s"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        con.execute("SET hnsw_enable_experimental_persistence = true")
-        con.execute(f"CREATE INDEX chunks_hnsw ON chunks USING HNSW (embedding) WITH "
-                    f"(metric='{metric}', M={int(hnsw_m)}, ef_construction={int(hnsw_ef_construction)})")
+        if with_hnsw:  # persistence is "experimental": the index is rebuilt, never updated
+            con.execute("SET hnsw_enable_experimental_persistence = true")
+            con.execute(f"CREATE INDEX chunks_hnsw ON chunks USING HNSW (embedding) WITH "
+                        f"(metric='{metric}', M={int(hnsw_m)}, ef_construction={int(hnsw_ef_construction)})")
         stats["hnsw_s"] = time.perf_counter() - t
 
         t = time.perf_counter()
         rows = con.execute("SELECT chunk_no, coalesce(context, '') || '\n' || coalesce(text, '') "
                            "FROM chunks ORDER BY chunk_no").fetchall()
         docs = Analyzer(con, stemmer).analyze([r[1] for r in rows])
-        import pyarrow as pa
         bm25 = pa.table({"chunk_no": pa.array([r[0] for r in rows], pa.int32()),
                          "bm25_text": pa.array([" ".join(d) for d in docs], pa.string())})
         del rows, docs
@@ -191,8 +199,8 @@ def build_artifact(chunk_files: list[str], db_path: str, *, hnsw_m: int = 16,
         stats["fts_s"] = time.perf_counter() - t
 
         stats["build_s"] = time.perf_counter() - t_all
-        write_meta(con, {**stats, "dim": EMBEDDING_DIM, "metric": metric, "hnsw_m": hnsw_m,
-                         "hnsw_ef_construction": hnsw_ef_construction,
+        write_meta(con, {**stats, "dim": EMBEDDING_DIM, "metric": metric, "hnsw": with_hnsw,
+                         "hnsw_m": hnsw_m, "hnsw_ef_construction": hnsw_ef_construction,
                          "hnsw_ef_search": hnsw_ef_search, "bm25_stemmer": stemmer,
                          "bm25_k1": bm25_k1, "bm25_b": bm25_b,
                          "bm25_analyzer": ANALYZER_VERSION, "duckdb_version": duckdb.__version__,

@@ -142,24 +142,45 @@ from transforms.records import chunk_row  # noqa: E402
 
 
 class EmbedChunksFn(beam.DoFn):
-    """A batch of Chunks -> CHUNK_SCHEMA rows with their vectors. The model loads once per worker."""
+    """A batch of Chunks -> CHUNK_SCHEMA rows with their vectors. The model loads once per worker.
 
-    def __init__(self, spec: ModelSpec, batch_size: int, indexed_at, progress_every_s: float = 0.0):
+    Vectors already in the embedding cache are reused; newly computed ones also go
+    to the NEW_EMBEDDINGS output, to join the cache once the version is published.
+    """
+    NEW_EMBEDDINGS = "new_embeddings"
+
+    def __init__(self, spec: ModelSpec, batch_size: int, indexed_at, cache_dir: Optional[str] = None,
+                 progress_every_s: float = 0.0):
         self.spec = spec
         self.batch_size = batch_size
         self.indexed_at = indexed_at
+        self.cache_dir = cache_dir
         self.progress_every_s = progress_every_s
         self.embedded = Metrics.counter("ragbeam", "embedded")
+        self.cache_hits = Metrics.counter("ragbeam", "cache_hits")
 
     def setup(self):
+        from transforms.embed_cache import EmbeddingCache
         self.embedder = Embedder(self.spec)
+        self.cache = EmbeddingCache.load(self.cache_dir)
         self._started = time.monotonic()
         self._done = 0
         self._last_report = self._started
 
     def process(self, chunks):
-        vectors = self.embedder.encode([c.embed_text for c in chunks], batch_size=self.batch_size)
-        self.embedded.inc(len(chunks))
+        from transforms.embed_cache import cache_key
+        keys = [cache_key(c.embed_text) for c in chunks]
+        vectors = [self.cache.get(k) for k in keys]
+        missing = [i for i, v in enumerate(vectors) if v is None]
+        if missing:
+            fresh = self.embedder.encode([chunks[i].embed_text for i in missing], batch_size=self.batch_size)
+            for i, vec in zip(missing, fresh):
+                vectors[i] = vec
+                yield beam.pvalue.TaggedOutput(self.NEW_EMBEDDINGS, {"key": keys[i], "embedding": vec.tolist()})
+        self.embedded.inc(len(missing))
+        self.cache_hits.inc(len(chunks) - len(missing))
+        if missing and os.environ.get("RAGBEAM_TEST_KILL_AT") == "during_embed":
+            os.kill(os.getpid(), 9)  # tests: a real kill while shards are being written
         self._report(len(chunks))
         for chunk, vec in zip(chunks, vectors):
             yield chunk_row(chunk, vec, self.spec.model_id, self.spec.model_sha256, self.indexed_at)

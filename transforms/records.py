@@ -71,6 +71,7 @@ class Document:
     acl: list[str] = field(default_factory=list)
     size: int = 0
     mtime: float = 0.0
+    source_hash: str = ""  # sha256 of the file this came from (differs from content_hash for JSONL records)
 
     @property
     def text(self) -> str:
@@ -135,6 +136,7 @@ CHUNK_SCHEMA = pa.schema([
 DOCUMENT_SCHEMA = pa.schema([
     ("doc_id", pa.string()),
     ("content_hash", pa.string()),
+    ("source_hash", pa.string()),
     ("source_uri", pa.string()),
     ("source_uris", pa.list_(pa.string())),
     ("key", pa.string()),
@@ -146,6 +148,17 @@ DOCUMENT_SCHEMA = pa.schema([
     ("mtime", pa.float64()),
     ("acl", pa.list_(pa.string())),
     ("metadata", pa.string()),  # JSON object
+])
+
+# One row per path seen in the source: what the nightly run compares against.
+SOURCE_SCHEMA = pa.schema([
+    ("uri", pa.string()),
+    ("key", pa.string()),
+    ("size", pa.int64()),
+    ("mtime", pa.float64()),
+    ("content_hash", pa.string()),
+    ("status", pa.string()),  # live | tombstoned
+    ("tombstoned_at", pa.string()),  # ISO date of the run that found the path gone
 ])
 
 DEAD_LETTER_SCHEMA = pa.schema([
@@ -173,6 +186,7 @@ def document_row(doc: Document, chunk_count: int) -> dict:
     return {
         "doc_id": doc.doc_id,
         "content_hash": doc.content_hash,
+        "source_hash": doc.source_hash or doc.content_hash,
         "source_uri": doc.source_uri,
         "source_uris": list(doc.source_uris or [doc.source_uri]),
         "key": doc.key,

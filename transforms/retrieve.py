@@ -1,7 +1,7 @@
 """Batch retrieval over an artifact built by transforms.artifacts.
 
-Per-question SQL is too slow for millions of questions (vss ~23 ms/query,
-fts match_bm25 ~200 ms/query), so both indexes are loaded once into memory and a
+Per-question SQL is too slow for millions of questions (vss HNSW ~12-23 ms/query,
+fts match_bm25 ~55-200 ms/query), so both indexes are loaded once into memory and a
 whole batch is scored with one matrix product. Every result is a pair of arrays
 (scores[b, top_n], chunk_nos[b, top_n]); slots with no hit hold chunk_no -1 and
 score -inf. Filters are boolean row masks applied before top-k, so a filter
@@ -16,8 +16,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from transforms.artifacts import (BM25_TABLE, DISTANCE_FN, EMBEDDING_DIM, FTS_SCHEMA, Analyzer,
-                                  read_meta)
+from transforms.artifacts import (ANALYZER_VERSION, DISTANCE_FN, EMBEDDING_DIM, FTS_SCHEMA,
+                                  Analyzer, read_meta)
 
 EXACT_MAX_ROWS = 200_000
 _SCORE_BLOCK = 1 << 25  # floats per (queries x rows) score block: 128 MiB
@@ -147,6 +147,9 @@ class BM25Index:
     def __init__(self, con: duckdb.DuckDBPyConnection, k1: Optional[float] = None,
                  b: Optional[float] = None):
         meta = read_meta(con)
+        if meta.get("bm25_analyzer") != ANALYZER_VERSION:  # queries would not match the index
+            raise ValueError(f"artifact tokenised by {meta.get('bm25_analyzer')!r}, "
+                             f"this code uses {ANALYZER_VERSION!r}: rebuild the artifact")
         self.k1 = float(meta.get("bm25_k1", 1.2) if k1 is None else k1)
         self.b = float(meta.get("bm25_b", 0.75) if b is None else b)
         self.analyzer = Analyzer(con, meta.get("bm25_stemmer", "porter"))

@@ -11,8 +11,10 @@ Layout of the state dir: data/ (volumes, filer store), weed.log, s3-identities.j
 
 Why the long command line: `weed server` defaults to advertising 192.0.2.2, to
 phoning home (telemetry), to fixed ports (9333, 8080, 8888, 8333, and +10000 for
-gRPC), and to config/log files in cwd, $HOME and /tmp. Every one of those is pinned
-here so that two servers (parallel test runs) never collide and nothing leaves the host.
+gRPC), to config/log files in cwd, $HOME and /tmp, and to a Raft quorum wait that
+races the volume server's first heartbeat (startup 3-7 s; 2.3 s with -master.peers=none).
+Every one of those is pinned here so that two servers (parallel test runs) never
+collide and nothing leaves the host.
 """
 from __future__ import annotations
 
@@ -41,7 +43,11 @@ DEV_SECRET_KEY = "ragbeam-local-secret"
 # and lance ports are switched off (=0), metrics/debug/iam/webdav/sftp are off by default.
 PORT_FLAGS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
               "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc")
-STOP_TIMEOUT_S = 45.0  # SIGTERM takes ~17 s: the filer's gRPC graceful stop waits 15 s
+# On SIGTERM the volume server stops at once, the filer after its gRPC graceful stop
+# times out (15 s, fixed) and logs STORES_CLOSED; with -master.peers=none the process
+# then never exits by itself, so stop() SIGKILLs it 1.5 s later (~17 s in all).
+STOP_TIMEOUT_S = 45.0
+STORES_CLOSED = b"Shutting down filer"
 
 
 def weed_binary() -> str:
@@ -139,8 +145,9 @@ class Server:
     def stop(self, graceful: bool = True, timeout: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM (or SIGKILL if not graceful), wait, SIGKILL after `timeout`; ports freed."""
         if self.running():
+            log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
             os.kill(self.pid, signal.SIGTERM if graceful else signal.SIGKILL)
-            if not self._wait_exit(timeout if graceful else 5.0):
+            if not self._wait_exit(timeout if graceful else 5.0, log_start if graceful else None):
                 os.kill(self.pid, signal.SIGKILL)
                 if not self._wait_exit(5.0):
                     raise RuntimeError(f"weed pid {self.pid} survived SIGKILL")
@@ -154,7 +161,9 @@ class Server:
             time.sleep(0.1)
         self._remove_sockets()
 
-    def _wait_exit(self, timeout: float) -> bool:
+    def _wait_exit(self, timeout: float, log_start: Optional[int] = None) -> bool:
+        """True once the process is gone. With log_start: False soon after the filer
+        has closed its store, since with -master.peers=none the rest never exits."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc is not None:
@@ -162,8 +171,19 @@ class Server:
                     return True
             elif not _alive(self.pid):
                 return True
+            if log_start is not None and self._log_has(log_start, STORES_CLOSED):
+                deadline = min(deadline, time.monotonic() + 1.5)
+                log_start = None
             time.sleep(0.1)
         return False
+
+    def _log_has(self, offset: int, text: bytes) -> bool:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                return text in f.read()
+        except OSError:
+            return False
 
     def _remove_sockets(self) -> None:
         # weed always puts "<tmp>/seaweedfs-<role>-grpc-<port>.sock" in /tmp (no flag)
@@ -281,6 +301,7 @@ def start(data_dir: str | os.PathLike, s3_port: Optional[int] = None,
         ports["s3.port"] = s3_port
     cmd = [weed_binary(), "-logtostderr", f"-config_dir={root}",  # no stray toml, no /tmp logs
            "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
+           "-master.peers=none",  # single master: skip the Raft quorum wait (~2-7 s)
            f"-dir={vol_dir}", f"-volume.max={volume_max}",
            "-volume.preStopSeconds=0",  # default 10 s of "draining" on SIGTERM
            "-filer", "-s3", f"-s3.config={ident}", "-s3.port.iceberg=0", "-s3.port.lance=0",
@@ -288,7 +309,7 @@ def start(data_dir: str | os.PathLike, s3_port: Optional[int] = None,
            f"-s3.localSocket={_sock_path(root, 's3.sock')}",
            *(f"-{flag}={port}" for flag, port in ports.items())]
     log_path = root / "weed.log"
-    with open(log_path, "wb") as log:
+    with open(log_path, "ab") as log:  # append: keep the history across restarts
         proc = subprocess.Popen(cmd, cwd=root, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True,
                                 preexec_fn=_die_with_parent if die_with_parent else None)

@@ -114,4 +114,5 @@ def make_document(raw: RawObject, fmt: str, title: str, sections: Iterable[Secti
         acl=list(acl or []),
         size=raw.size,
         mtime=raw.mtime,
+        source_hash=raw.content_hash,  # the whole file's hash, even for a JSONL record
     )

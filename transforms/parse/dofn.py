@@ -50,6 +50,7 @@ class ParseFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(raw.uri, raw.content_hash, "parse", reason))
         acl = self._acl_for(raw.key)
         for doc in docs:
+            doc = dataclasses.replace(doc, source_hash=raw.content_hash)
             if acl and not doc.acl:
                 doc = dataclasses.replace(doc, acl=acl)
             self.documents.inc()

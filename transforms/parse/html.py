@@ -27,7 +27,8 @@ _BOILERPLATE = etree.XPath(" | ".join([
     *[f"//*[{_cls(c)}]" for c in (
         "related", "sphinxsidebar", "footer", "headerlink", "mobile-nav", "clearer",
         "navheader", "navfooter", "toc", "picker", "mark", "sidebar", "breadcrumb",
-        "breadcrumbs", "skip-link", "copybutton")],
+        "breadcrumbs", "skip-link", "copybutton", "list-of-tables", "list-of-figures",
+        "list-of-examples")],
     "//*[@id='column2' or @id='toc' or @id='gtoc' or @id='footer' or @id='alt-docs']",
     "//details[@id='toc']",
     "//table[@summary='Navigation header' or @summary='Navigation footer']",

@@ -1,0 +1,129 @@
+"""Nightly incremental re-index on the real S3 server, and real kills at several stages."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pipelines.index import run_index
+from transforms import publish
+from transforms.shards import read_table
+
+TINY = ["man/man3/fnmatch.3", "man/man3/globfree.3", "nodejs/api/punycode.md", "git/git-version.txt",
+        "records/faq.jsonl"]
+RUN_COLUMNS = {"indexed_at"}
+
+
+def table(index_dir, name, drop=RUN_COLUMNS):
+    t = read_table(publish.resolve_index(str(index_dir)), name)
+    t = t.select([c for c in t.column_names if c not in drop])
+    return sorted(t.to_pylist(), key=lambda r: json.dumps(r, sort_keys=True, default=str))
+
+
+def s3_config(cfg, s3):
+    return cfg.model_copy(update={"s3": cfg.s3.model_copy(update={
+        "endpoint_url": s3.endpoint_url, "region": s3.region,
+        "access_key_id": s3.access_key, "secret_access_key": s3.secret_key})})
+
+
+def quiet(*_):
+    pass
+
+
+def test_nightly_run_processes_only_what_changed(s3_server, test_config, tmp_path):
+    from tests.conftest import SAMPLES
+    cfg = s3_config(test_config, s3_server)
+    c = s3_server.client()
+    c.create_bucket(Bucket="nightly")
+    for rel in TINY:
+        c.upload_file(str(SAMPLES / rel), "nightly", f"docs/{rel}")
+    index_dir = tmp_path / "index"
+    first = run_index(cfg, "s3://nightly/docs", str(index_dir), progress=False, log=quiet)
+    assert first["balanced"] and first["added"] == len(TINY)
+
+    # one changed, one deleted, one added, one copied to a new path
+    changed = (SAMPLES / "nodejs/api/punycode.md").read_text() + "\n\n## Added tonight\n\nA new paragraph.\n"
+    c.put_object(Bucket="nightly", Key="docs/nodejs/api/punycode.md", Body=changed.encode())
+    c.delete_object(Bucket="nightly", Key="docs/git/git-version.txt")
+    c.upload_file(str(SAMPLES / "man/man1/ldd.1"), "nightly", "docs/man/man1/ldd.1")
+    c.upload_file(str(SAMPLES / "man/man3/fnmatch.3"), "nightly", "docs/zz-copy/fnmatch.3")
+
+    second = run_index(cfg, "s3://nightly/docs", str(index_dir), progress=False, log=quiet)
+    assert second["balanced"], second
+    assert (second["added"], second["changed"], second["removed"]) == (2, 1, 1)
+    assert second["read"] == 3  # punycode.md, ldd.1, the copy: nothing else was fetched
+    assert second["parsed"] == 2  # the changed and the new document; the copy is carried
+    assert second["carried_read"] == 1
+    assert second["carried_documents"] > 0
+    assert second["embedded"] < second["chunks"]  # unchanged chunks of punycode.md came from the cache
+    assert second["cache_hits"] > 0
+
+    # the same state indexed from scratch, into another index dir (no cache)
+    scratch = run_index(cfg, "s3://nightly/docs", str(tmp_path / "scratch"), progress=False, log=quiet)
+    assert scratch["embedded"] == scratch["chunks"]
+    for name in ("chunks", "documents", "dead_letters"):
+        assert table(index_dir, name) == table(tmp_path / "scratch", name), name
+    sources = {r["uri"]: r for r in table(index_dir, "sources")}
+    assert sources["s3://nightly/docs/git/git-version.txt"]["status"] == "tombstoned"
+    assert sources["s3://nightly/docs/git/git-version.txt"]["tombstoned_at"]
+    docs = table(index_dir, "documents")
+    fnmatch = [d for d in docs if d["key"] == "man/man3/fnmatch.3"][0]
+    assert fnmatch["source_uris"] == ["s3://nightly/docs/man/man3/fnmatch.3", "s3://nightly/docs/zz-copy/fnmatch.3"]
+
+    # nothing changed: nothing is read, parsed or embedded
+    third = run_index(cfg, "s3://nightly/docs", str(index_dir), progress=False, log=quiet)
+    assert (third["read"], third["parsed"], third["embedded"]) == (0, 0, 0)
+    assert table(index_dir, "chunks") == table(tmp_path / "scratch", "chunks")
+
+
+def test_dry_run_changes_nothing(mini_corpus, tmp_path):
+    from tests.conftest import copy_corpus
+    src = copy_corpus(tmp_path / "src", TINY)
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    out = subprocess.run([sys.executable, "-m", "pipelines.cli", "index", "--input", str(src), "--output",
+                          str(tmp_path / "idx"), "--dry-run"], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "would add 5" in out.stdout
+    assert not (tmp_path / "idx" / "CURRENT").exists()
+
+
+def _index_cmd(src, index_dir, kill_at=None):
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env.pop("RAGBEAM_TEST_KILL_AT", None)
+    if kill_at:
+        env["RAGBEAM_TEST_KILL_AT"] = kill_at
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", "index", "--quiet", "--input", str(src),
+                           "--output", str(index_dir)], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_killed_runs_leave_the_live_version_answering(tmp_path, test_config):
+    from tests.conftest import copy_corpus
+    from transforms.qa import QAEngine, Question
+
+    src = copy_corpus(tmp_path / "src", TINY[:3])
+    index_dir = tmp_path / "index"
+    assert _index_cmd(src, index_dir).returncode == 0
+    live = publish.current_version(str(index_dir))
+    copy_corpus(src, ["records/faq.jsonl", "git/git-version.txt"])  # tonight's new documents
+
+    for stage in ("during_embed", "after_pipeline", "after_artifact"):
+        run = _index_cmd(src, index_dir, kill_at=stage)
+        assert run.returncode == -9, (stage, run.returncode, run.stderr[-2000:])
+        assert publish.current_version(str(index_dir)) == live, stage
+        engine = QAEngine(publish.resolve_index(str(index_dir)), test_config,
+                          __import__("transforms.embed", fromlist=["x"]).model_spec_from_config(test_config))
+        (rec,) = engine.answer_batch([Question("q", "What does fnmatch match?")], top_k=3)
+        engine.close()
+        assert rec["status"] == "answered" and rec["index_version"] == live
+
+    run = _index_cmd(src, index_dir, kill_at="after_publish")  # published, cache not yet committed
+    assert run.returncode == -9
+    assert publish.current_version(str(index_dir)) != live
+    assert _index_cmd(src, index_dir).returncode == 0
+
+    reference = tmp_path / "reference"
+    assert _index_cmd(src, reference).returncode == 0
+    for name in ("chunks", "documents", "dead_letters"):
+        assert table(index_dir, name, drop={"indexed_at", "mtime"}) == \
+            table(reference, name, drop={"indexed_at", "mtime"}), name

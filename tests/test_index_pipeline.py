@@ -1,0 +1,100 @@
+"""The index job end to end on Beam's local runner: local folder and a real S3 server."""
+import json
+import os
+
+import pyarrow.compute as pc
+import pytest
+
+from pipelines.index import run_index
+from transforms import publish
+from transforms.shards import read_table
+
+# Columns that legitimately differ between two runs or two locations of the same bytes.
+RUN_COLUMNS = {"indexed_at", "source_uri", "source_uris"}
+
+
+def version(index_dir):
+    return publish.resolve_index(str(index_dir))
+
+
+def rows(index_dir, table="chunks", drop=RUN_COLUMNS):
+    t = read_table(version(index_dir), table)
+    t = t.select([c for c in t.column_names if c not in drop])
+    key = "chunk_id" if table == "chunks" else "doc_id"
+    return t.sort_by(key).to_pylist()
+
+
+def test_every_input_is_accounted_for(mini_index):
+    _, s = mini_index
+    assert s["balanced"], s
+    assert s["listed"] == s["read"] == 9
+    assert s["duplicates"] == 1  # json.html under mirror/
+    assert s["dead_lettered"] == 1  # the truncated PDF
+    assert s["parsed"] == 7
+    assert s["chunks"] == s["embedded"] > 0
+
+
+def test_shards_documents_and_dead_letters(mini_index):
+    index_dir, s = mini_index
+    vdir = version(index_dir)
+    chunks = read_table(vdir, "chunks")
+    assert chunks.num_rows == s["chunks"]
+    assert len(set(chunks.column("chunk_id").to_pylist())) == chunks.num_rows
+    emb = chunks.column("embedding")
+    assert emb.type.list_size == 384
+    assert set(chunks.column("model_id").to_pylist()) == {"all-MiniLM-L6-v2-onnx-int8"}
+    assert max(chunks.column("n_tokens").to_pylist()) <= 256
+
+    docs = read_table(vdir, "documents").to_pylist()
+    json_doc = [d for d in docs if d["key"] in ("python/library/json.html", "mirror/python/library/json.html")]
+    assert len(json_doc) == 1, "identical bytes are one document"
+    assert len(json_doc[0]["source_uris"]) == 2, "every path stays findable"
+    records = [d for d in docs if d["format"] == "jsonl"]
+    assert records and all(d["doc_id"] for d in records)
+
+    dead = read_table(vdir, "dead_letters").to_pylist()
+    pdf = [d for d in dead if d["source_uri"].endswith("truncated.pdf")]
+    assert pdf and pdf[0]["stage"] == "parse" and pdf[0]["reason"]
+
+
+def test_version_is_published_with_manifest_and_artifact(mini_index):
+    index_dir, s = mini_index
+    vdir = version(index_dir)
+    assert os.path.basename(vdir) == s["version"]
+    manifest = json.load(open(os.path.join(vdir, "manifest.json")))
+    assert manifest["model"]["sha256"] and manifest["counts"]["chunks"] == s["chunks"]
+    assert os.path.exists(os.path.join(vdir, "index.duckdb"))
+    assert json.load(open(os.path.join(vdir, "summary.json")))["chunks"] == s["chunks"]
+    assert not os.listdir(os.path.join(index_dir, "staging"))
+
+
+def test_rerun_reproduces_the_same_ids_and_vectors(mini_index, mini_corpus, test_config, tmp_path):
+    index_dir, _ = mini_index
+    again = tmp_path / "again"
+    run_index(test_config, str(mini_corpus), str(again), progress=False, log=lambda *_: None)
+    assert rows(again) == rows(index_dir)
+    assert rows(again, "documents", drop={"source_uri", "source_uris"}) == \
+        rows(index_dir, "documents", drop={"source_uri", "source_uris"})
+
+
+def test_s3_input_gives_the_same_rows_as_the_local_folder(mini_index, mini_corpus, test_config, s3_server, tmp_path):
+    s3_server.upload_dir(mini_corpus, "docs", "corpus")
+    cfg = test_config.model_copy(update={"s3": test_config.s3.model_copy(update={
+        "endpoint_url": s3_server.endpoint_url, "region": s3_server.region,
+        "access_key_id": s3_server.access_key, "secret_access_key": s3_server.secret_key})})
+    out = tmp_path / "s3index"
+    summary = run_index(cfg, "s3://docs/corpus", str(out), progress=False, log=lambda *_: None)
+    assert summary["balanced"] and summary["read"] == 9
+    index_dir, _ = mini_index
+    assert rows(out) == rows(index_dir)
+    uris = read_table(version(out), "chunks").column("source_uri").to_pylist()
+    assert all(u.startswith("s3://docs/corpus/") for u in uris)
+
+
+def test_a_failed_run_leaves_the_live_version_untouched(mini_index, test_config, tmp_path):
+    index_dir, s = mini_index
+    before = publish.current_version(str(index_dir))
+    with pytest.raises(Exception):
+        run_index(test_config, str(tmp_path / "does-not-exist"), str(index_dir), progress=False,
+                  log=lambda *_: None)
+    assert publish.current_version(str(index_dir)) == before == s["version"]

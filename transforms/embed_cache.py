@@ -1,0 +1,71 @@
+"""Embedding cache: (context + chunk text) -> vector, under one model namespace.
+
+The namespace folds in the model id, the model file's sha256, the pooling and
+the max length, so a new model never reads vectors of an old one. Entries are
+Parquet files under INDEX/cache/embeddings/<namespace digest>/; a run writes its
+new vectors into its staging dir and they join the cache only after the version
+that holds them is published (commit after success).
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from transforms.records import EMBEDDING_DIM
+
+CACHE_SCHEMA = pa.schema([("key", pa.string()), ("embedding", pa.list_(pa.float32(), EMBEDDING_DIM))])
+NEW_ENTRIES_DIR = "embeddings_new"  # inside a staging version dir
+
+
+def cache_key(embed_text: str) -> str:
+    return hashlib.sha256(embed_text.encode("utf-8")).hexdigest()[:40]
+
+
+def namespace_dir(index_dir: str, namespace: str) -> str:
+    digest = hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:16]
+    return os.path.join(index_dir, "cache", "embeddings", digest)
+
+
+class EmbeddingCache:
+    """Read side: loaded once per worker; lookups by key."""
+
+    def __init__(self, keys: list[str], vectors: np.ndarray):
+        self.index = {k: i for i, k in enumerate(keys)}
+        self.vectors = vectors
+
+    @classmethod
+    def load(cls, directory: Optional[str]) -> "EmbeddingCache":
+        files = sorted(glob.glob(os.path.join(directory, "*.parquet"))) if directory else []
+        if not files:
+            return cls([], np.zeros((0, EMBEDDING_DIM), np.float32))
+        table = pa.concat_tables([pq.read_table(f) for f in files])
+        col = table.column("embedding").combine_chunks()
+        vectors = col.flatten().to_numpy(zero_copy_only=False).reshape(len(col), EMBEDDING_DIM)
+        return cls(table.column("key").to_pylist(), vectors)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def get(self, key: str) -> Optional[np.ndarray]:
+        i = self.index.get(key)
+        return None if i is None else self.vectors[i]
+
+
+def commit_new_entries(version_dir: str, cache_dir: str, version: str) -> int:
+    """Move a published version's new vectors into the cache (one rename per file)."""
+    files = sorted(glob.glob(os.path.join(version_dir, NEW_ENTRIES_DIR, "*.parquet")))
+    os.makedirs(cache_dir, exist_ok=True)
+    moved = 0
+    for i, f in enumerate(files):
+        if pq.read_metadata(f).num_rows:
+            os.replace(f, os.path.join(cache_dir, f"{version}-{i:05d}.parquet"))
+            moved += 1
+        else:
+            os.remove(f)
+    return moved
