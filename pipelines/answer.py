@@ -80,6 +80,9 @@ class WriteShardFn(beam.DoFn):
         for r in records:
             r.pop("line", None)
         write_part(part_path(self.parts_dir, shard, self.shards, self.fmt), records, self.fmt)
+        self._written = getattr(self, "_written", 0) + 1
+        if os.environ.get("RAGBEAM_TEST_KILL_AT") == f"after_shard:{self._written}":
+            os.kill(os.getpid(), 9)  # tests: a real crash between two shard writes
         yield len(records)
 
 

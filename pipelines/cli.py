@@ -59,6 +59,21 @@ def _answer(args) -> int:
     return 0
 
 
+def _eval(args) -> int:
+    from pipelines.eval import format_table, run_eval
+
+    cfg = load_config(args.config)
+    if not args.dataset and not (args.index and args.questions and args.qrels):
+        print("error: give --dataset, or --index with --questions and --qrels", file=sys.stderr)
+        return 2
+    report = run_eval(cfg, args.dataset, args.output, index=args.index, max_queries=args.max_queries,
+                      questions=args.questions, qrels=args.qrels, seed=args.seed, reindex=args.reindex,
+                      unanswerable=not args.no_unanswerable, log=(lambda *_: None) if args.quiet else print)
+    print(format_table(report))
+    print(f"report       {args.output}/report.json, report.html, per_question.jsonl")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ragbeam", description="Batch RAG indexing and answering on Apache Beam.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -85,6 +100,20 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--show", type=int, default=0, help="print this many answers with their sources")
     an.add_argument("--quiet", action="store_true")
     an.set_defaults(func=_answer)
+
+    ev = sub.add_parser("eval", help="retrieval and answer metrics of an index on a BEIR-layout dataset")
+    ev.add_argument("--config", default=None)
+    ev.add_argument("--dataset", default=None, help="BEIR dir: queries.jsonl, qrels/test.tsv, corpus.jsonl or docs/")
+    ev.add_argument("--output", required=True, help="report dir (report.json, report.html, per_question.jsonl)")
+    ev.add_argument("--index", default=None, help="index dir or version dir (default: build REPORT_DIR/index)")
+    ev.add_argument("--reindex", action="store_true", help="refresh REPORT_DIR/index from the corpus (incremental)")
+    ev.add_argument("--max-queries", type=int, default=None, help="a seeded sample of this many judged queries")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--questions", default=None, help="questions file (overrides the dataset's queries)")
+    ev.add_argument("--qrels", default=None, help="qrels TSV (overrides the dataset's)")
+    ev.add_argument("--no-unanswerable", action="store_true", help="skip the unanswerable-question pass")
+    ev.add_argument("--quiet", action="store_true")
+    ev.set_defaults(func=_eval)
     return p
 
 

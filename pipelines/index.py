@@ -194,15 +194,17 @@ def run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool = T
     summary.update(version=version, input=input_uri, wall_s=round(time.monotonic() - started, 2),
                    pipeline_s=round(pipeline_s, 2), artifact=artifact,
                    previous_version=os.path.basename(plan.live.version_dir) if plan.live else None)
+    versions = current_versions(cfg, spec)
+    write_run_outputs(out_dir, cfg, spec, summary, versions=versions, processing_key=processing_key(versions))
     # The eval gate (if configured) decides before anything becomes visible.
     from pipelines.gate import check_gate
     gate = check_gate(cfg, out_dir, index_dir, plan.live.version_dir if plan.live else None, log=log)
     if gate is not None:
         summary["gate"] = gate
-    versions = current_versions(cfg, spec)
-    write_run_outputs(out_dir, cfg, spec, summary, versions=versions, processing_key=processing_key(versions))
-    if gate is not None and not gate["passed"]:
-        raise GateFailed(gate, summary)
+        write_run_outputs(out_dir, cfg, spec, summary, versions=versions,
+                          processing_key=processing_key(versions))
+        if not gate["passed"]:
+            raise GateFailed(gate, summary)
     publish.publish(index_dir, version)
     _kill_point("after_publish")
     # Commit after success: the new vectors join the cache only now.

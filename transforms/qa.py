@@ -117,8 +117,11 @@ class QAEngine:
     def answer_batch(self, questions: list[Question], top_k: int) -> list[dict]:
         cands = self.retrieve(questions)
         texts = [q.question for q in questions]
-        reranked = self.reranker.rerank(texts, [c[:self.cfg.rerank.top_n] for c in cands])
+        head = self.cfg.rerank.top_n
+        reranked = self.reranker.rerank(texts, [c[:head] for c in cands])
         results = self.answerer.answer(texts, reranked)
+        # The reranker reorders the head; the fused tail keeps its order after it.
+        reranked = [r + c[head:] for r, c in zip(reranked, cands)]
         out = []
         for q, ranked, res in zip(questions, reranked, results):
             out.append({

@@ -1,0 +1,143 @@
+"""The answer job on the mini index: right documents, checked citations, errors kept, resumable."""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.answer import run_answer
+from transforms import publish
+from transforms.embed import model_spec_from_config
+from transforms.qa import IndexMismatchError, QAEngine, Question
+
+KNOWN = [  # question -> the key (path under the corpus root) that answers it
+    ("How do I find pathnames matching a Unix shell pattern in Python?", "python/library/glob.html"),
+    ("How do I serialize a Python object to a JSON formatted string?", "python/library/json.html"),
+    ("Which C function matches a filename against a wildcard pattern?", "man/man3/fnmatch.3"),
+    ("How do I convert a Unicode domain name to Punycode in Node.js?", "nodejs/api/punycode.md"),
+    ("What does error ERR_CONN_4042 mean?", "records/faq.jsonl"),
+    ("Are we ISO-27001 certified?", "records/faq.jsonl"),
+]
+
+
+@pytest.fixture(scope="module")
+def engine(mini_index, test_config):
+    index_dir, _ = mini_index
+    e = QAEngine(publish.resolve_index(str(index_dir)), test_config, model_spec_from_config(test_config))
+    yield e
+    e.close()
+
+
+def keys_of(engine, cands):
+    con = engine.con
+    by_doc = dict(con.execute("SELECT DISTINCT doc_id, metadata->>'key' FROM chunks").fetchall())
+    return [by_doc[c["doc_id"]] for c in cands]
+
+
+def test_known_questions_find_their_document_in_the_top_3(engine):
+    qs = [Question(f"q{i}", q) for i, (q, _) in enumerate(KNOWN)]
+    recs = engine.answer_batch(qs, top_k=10)
+    for (q, key), rec in zip(KNOWN, recs):
+        top3 = {r["source"].split("/corpus/", 1)[-1] for r in rec["retrieved"][:3]}
+        assert any(t.endswith(key) for t in top3), (q, top3)
+        assert rec["status"] == "answered", (q, rec)
+
+
+def test_citations_point_at_sources_that_contain_their_quotes(engine):
+    recs = engine.answer_batch([Question("q", KNOWN[4][0])], top_k=10)
+    (rec,) = recs
+    assert "[1]" in rec["answer"] and rec["citations"]
+    texts = dict(engine.con.execute("SELECT chunk_id, text FROM chunks").fetchall())
+    for c in rec["citations"]:
+        assert c["quote"] and " ".join(c["quote"].split()) in " ".join(texts[c["chunk_id"]].split())
+    assert "4 seconds" in rec["answer"]
+
+
+def test_acl_is_applied_inside_the_search(engine):
+    staff_q = "Who can read incident post-mortems?"
+    (public,) = engine.answer_batch([Question("a", staff_q)], top_k=50)
+    (staff,) = engine.answer_batch([Question("b", staff_q, acl=["staff"])], top_k=50)
+    acl = dict(engine.con.execute("SELECT chunk_id, acl FROM chunks").fetchall())
+    assert all(not acl[r["chunk_id"]] for r in public["retrieved"])
+    assert any(acl[r["chunk_id"]] for r in staff["retrieved"][:3])
+    assert len(public["retrieved"]) == engine.cfg.retrieve.fused_top_n  # a filter does not cost results
+
+
+def test_model_mismatch_is_refused(mini_index, test_config):
+    import dataclasses
+    index_dir, _ = mini_index
+    spec = dataclasses.replace(model_spec_from_config(test_config), model_id="another-model")
+    with pytest.raises(IndexMismatchError, match="re-index"):
+        QAEngine(publish.resolve_index(str(index_dir)), test_config, spec)
+
+
+def write_questions(path, fmt):
+    rows = [{"id": f"q{i}", "question": q} for i, (q, _) in enumerate(KNOWN)]
+    if fmt == "jsonl":
+        lines = [json.dumps(r) for r in rows] + ["{not json", json.dumps({"question": "no id"}),
+                                                 json.dumps({"id": "q0", "question": "duplicate id"})]
+        path.write_text("\n".join(lines) + "\n")
+    elif fmt == "csv":
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=["id", "question"])
+            w.writeheader()
+            w.writerows(rows)
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_answer_job_reads_every_format_and_keeps_bad_lines(mini_index, test_config, tmp_path, fmt):
+    index_dir, _ = mini_index
+    qfile = write_questions(tmp_path / f"questions.{fmt}", fmt)
+    out = tmp_path / "answers.jsonl"
+    summary = run_answer(test_config, str(index_dir), str(qfile), str(out), progress=False, log=lambda *_: None)
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    good = [r for r in recs if r["status"] != "error"]
+    assert len(good) == len(KNOWN) and len({r["id"] for r in good}) == len(KNOWN)
+    for r in good:
+        assert set(r) >= {"id", "question", "answer", "status", "citations", "retrieved", "index_version"}
+        assert len(r["retrieved"]) == test_config.output.retrieved_top_k
+        assert [x["rank"] for x in r["retrieved"]] == list(range(1, 11))
+    errors = [r for r in recs if r["status"] == "error"]
+    if fmt == "jsonl":
+        reasons = " | ".join(r["error"] for r in errors)
+        assert len(errors) == 3 and "unreadable JSON" in reasons and "missing id" in reasons \
+            and "duplicate id" in reasons
+    assert summary["questions_written"] == len(recs)
+
+
+def _answer_cmd(index_dir, qfile, out, kill_at=None):
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env.pop("RAGBEAM_TEST_KILL_AT", None)
+    if kill_at:
+        env["RAGBEAM_TEST_KILL_AT"] = kill_at
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", "answer", "--quiet", "--index", str(index_dir),
+                           "--questions", str(qfile), "--output", str(out)],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_resume_after_a_killed_run_gives_the_same_output(mini_index, tmp_path):
+    index_dir, _ = mini_index
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(json.dumps({"id": f"q{i:03d}", "question": q}) + "\n"
+                             for i, q in enumerate([q for q, _ in KNOWN] * 5)))
+    whole = tmp_path / "whole.jsonl"
+    assert _answer_cmd(index_dir, qfile, whole).returncode == 0
+
+    resumed = tmp_path / "resumed.jsonl"
+    killed = _answer_cmd(index_dir, qfile, resumed, kill_at="after_shard:2")
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert not resumed.exists()
+    assert len(list((tmp_path / "resumed.jsonl.parts").glob("shard-*"))) == 2
+    again = _answer_cmd(index_dir, qfile, resumed)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "2/8 shards already written" in again.stdout
+    assert resumed.read_text() == whole.read_text()
+    ids = [json.loads(line)["id"] for line in resumed.read_text().splitlines()]
+    assert len(ids) == len(set(ids)) == 30
