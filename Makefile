@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed-$(shell cat setup.py | sha256sum | cut -c1-12)
 INDEX   ?= out/index
 ANSWERS ?= out/answers.jsonl
 
-.PHONY: run test bench install clean s3-up s3-down
+.PHONY: run test bench install clean s3-up s3-down demo-s3
 
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -30,10 +30,14 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.run
 
 s3-up: $(STAMP)
-	$(BIN)/python infra/s3/seaweed.py start
+	infra/s3/local-s3.sh start
 
 s3-down:
-	$(BIN)/python infra/s3/seaweed.py stop
+	infra/s3/local-s3.sh stop
+
+# Index the sample corpus from a real local S3 server (started and stopped here).
+demo-s3: $(STAMP)
+	infra/s3/demo.sh
 
 clean:
 	rm -rf out .pytest_cache

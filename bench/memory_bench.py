@@ -57,4 +57,14 @@ def bench_memory(config_path, data: Dataset, base_docs: int, factors: tuple[int,
             report.add(Figure(SECTION, f"{job} job growth per 1,000 chunks ({first['factor']}×→{last['factor']}×)",
                               slope, "MB", note="straight line through the smallest and largest run; "
                               "fixed costs such as the onnxruntime arena dominate at small sizes"))
+    # Why the answer job grows: onnxruntime's arena keeps the largest activations it has
+    # seen, and attention grows with batch x seq^2. The reranker/answerer encode with
+    # Embedder.encode's default batch (32); the index job with embed.batch_size.
+    longest = sorted(data.take(base_docs * max(factors)), key=lambda d: -len(d["text"]))[:64]
+    tfile = write_corpus(longest, os.path.join(work, "corpus-longest"))
+    enc = {b: run_job(["encode", *cfg_args, "--input", os.path.join(tfile, "corpus.jsonl"), "--batch", str(b)])
+           for b in (32, 8)}
+    report.add(Figure(SECTION, f"Embedder.encode peak RSS, {len(longest)} longest docs, batch 32", enc[32]["peak_rss_mb"],
+                      "MB", enc[8]["peak_rss_mb"], "the same at batch 8 (embed.batch_size)",
+                      note="32 is encode()'s default, used by the reranker and the extractive answerer"))
     return runs

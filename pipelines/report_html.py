@@ -86,9 +86,10 @@ def bar_chart(title: str, groups: list[str], series: dict[str, list[Optional[flo
         label, v, gi = hline
         y = _y(v, y_max)
         x0, x1 = PAD_L + gi * gw, PAD_L + (gi + 1) * gw
+        # the label goes top right, clear of the bars
         body.append(f'<line x1="{x0:.1f}" x2="{x1:.1f}" y1="{y:.1f}" y2="{y:.1f}" stroke="#000" '
-                    f'stroke-dasharray="4 3"/><text x="{x1:.1f}" y="{y - 3:.1f}" text-anchor="end">'
-                    f'{esc(label)} {v:.3f}</text>')
+                    f'stroke-dasharray="4 3"/><text x="{W - PAD_R}" y="15" text-anchor="end">'
+                    f'- - {esc(label)} {v:.3f}</text>')
     return _frame(title, body, y_max)
 
 

@@ -241,3 +241,24 @@ def test_gate_metric_matches_the_eval_report(tiny, gated):
         report = json.loads(report_path.read_text())
         g = GateConfig(dataset=str(tiny), metric="ndcg@10", stage="dense")
         assert gate_metric(version_dir, cfg, g) == pytest.approx(report["stages"]["dense"]["ndcg@10"])
+
+
+def test_doc_labels_by_path_for_a_folder_corpus(tmp_path):
+    """A docs/ corpus: qrels name files by path (the documents' key); a copy of the same
+    content is one indexed document that every copy's path names."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines.eval import DocLabels
+
+    (tmp_path / "documents").mkdir()
+    rows = [{"doc_id": "d1", "key": "man/ls.1", "source_uri": "/data/docs/man/ls.1", "source_uris": ["/data/docs/man/ls.1"]},
+            {"doc_id": "d2", "key": "git/a.html", "source_uri": "/data/docs/git/a.html",
+             "source_uris": ["/data/docs/git/a.html", "/data/docs/mirror/git/a.html"]}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "documents" / "part-0.parquet")
+    labels = DocLabels(str(tmp_path), {"man/ls.1", "mirror/git/a.html", "gone.txt"})
+    assert labels.by_key
+    assert labels.doc_qrels({"man/ls.1": 1, "mirror/git/a.html": 2, "gone.txt": 1}) == \
+        {"d1": 1, "d2": 2, ("missing", "gone.txt"): 1}
+    # the missing judged file still counts against recall
+    assert M.recall_at_k(["d1", "d2"], labels.doc_qrels({"man/ls.1": 1, "gone.txt": 1}), 10) == 0.5

@@ -94,7 +94,7 @@ class Embedder:
         self.input_names = {i.name for i in self.session.get_inputs()}
         self.tokenizer = load_tokenizer(spec.tokenizer_path)
 
-    def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
+    def encode(self, texts: list[str], batch_size: int = 8) -> np.ndarray:
         if not texts:
             return np.zeros((0, 384), dtype=np.float32)
         # Sorting by length keeps padding small inside each batch.
@@ -163,9 +163,7 @@ class EmbedChunksFn(beam.DoFn):
         from transforms.embed_cache import EmbeddingCache
         self.embedder = Embedder(self.spec)
         self.cache = EmbeddingCache.load(self.cache_dir)
-        self._started = time.monotonic()
-        self._done = 0
-        self._last_report = self._started
+        self._last_report = time.monotonic()
 
     def process(self, chunks):
         from transforms.embed_cache import cache_key
@@ -186,12 +184,12 @@ class EmbedChunksFn(beam.DoFn):
             yield chunk_row(chunk, vec, self.spec.model_id, self.spec.model_sha256, self.indexed_at)
 
     def _report(self, n: int):
-        self._done += n
+        from transforms import progress
+        progress.note("chunks", n)
         now = time.monotonic()
         if self.progress_every_s and now - self._last_report >= self.progress_every_s:
             self._last_report = now
-            rate = self._done / max(now - self._started, 1e-9)
-            print(f"  embedded {self._done} chunks ({rate:.1f} chunks/s)", flush=True)
+            print(progress.line(), flush=True)
 
 
 def model_spec_from_config(cfg) -> ModelSpec:

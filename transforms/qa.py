@@ -15,7 +15,9 @@ import numpy as np
 
 from transforms.artifacts import open_artifact, read_meta
 from transforms.embed import Embedder, ModelSpec
+from transforms.answer import ExtractiveAnswerer
 from transforms.fuse import rrf_fuse
+from transforms.rerank import SentenceEmbeddingReranker, VectorCache
 from transforms.retrieve import BM25Index, DenseIndex, FilterMasks, choose_dense_mode, fetch_chunks, search_hnsw
 
 
@@ -118,8 +120,13 @@ class QAEngine:
         cands = self.retrieve(questions)
         texts = [q.question for q in questions]
         head = self.cfg.rerank.top_n
-        reranked = self.reranker.rerank(texts, [c[:head] for c in cands])
-        results = self.answerer.answer(texts, reranked)
+        if isinstance(self.reranker, SentenceEmbeddingReranker) and isinstance(self.answerer, ExtractiveAnswerer):
+            cache = VectorCache()  # both embed the same sentences: once per batch is enough
+            reranked = self.reranker.rerank(texts, [c[:head] for c in cands], cache=cache)
+            results = self.answerer.answer(texts, reranked, cache=cache)
+        else:
+            reranked = self.reranker.rerank(texts, [c[:head] for c in cands])
+            results = self.answerer.answer(texts, reranked)
         # The reranker reorders the head; the fused tail keeps its order after it.
         reranked = [r + c[head:] for r, c in zip(reranked, cands)]
         out = []

@@ -7,6 +7,8 @@ import re
 # an upper-case letter, digit or opening quote; common abbreviations are not ends.
 _ABBREVIATIONS = {"e.g", "i.e", "etc", "vs", "cf", "mr", "mrs", "dr", "no", "fig", "approx", "resp"}
 _END = re.compile(r"([.!?][\"')\]]*)(\s+)(?=[\"'(\[]?[A-Z0-9])")
+# Text with no capitals (e.g. lower-cased abstracts) still has sentences: accept any next letter.
+_END_ANY_CASE = re.compile(r"([.!?][\"')\]]*)(\s+)(?=[\"'(\[]?\w)")
 
 
 def split_sentences(text: str) -> list[str]:
@@ -17,7 +19,8 @@ def split_sentences(text: str) -> list[str]:
         if not para:
             continue
         start = 0
-        for m in _END.finditer(para):
+        pattern = _END if any(c.isupper() for c in para) else _END_ANY_CASE
+        for m in pattern.finditer(para):
             before = para[start:m.start(1)].rsplit(None, 1)
             last_word = before[-1].lower().rstrip(".") if before else ""
             if last_word in _ABBREVIATIONS or (len(last_word) == 1 and last_word.isalpha()):

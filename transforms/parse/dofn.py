@@ -6,6 +6,7 @@ import dataclasses
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from transforms import progress
 from transforms.records import DeadLetter, Document, UniqueObject
 
 NAMESPACE = "ragbeam"
@@ -45,6 +46,7 @@ class ParseFn(beam.DoFn):
                 DEAD_LETTER, DeadLetter(raw.uri, raw.content_hash, "parse", f"{type(e).__name__}: {e}"))
             return
         self.parsed.inc()
+        progress.note("documents parsed")
         for reason in line_errors:
             self.bad_lines.inc()
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(raw.uri, raw.content_hash, "parse", reason))
