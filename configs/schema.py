@@ -82,6 +82,9 @@ class ArtifactConfig(_Strict):
     build: bool = True
     hnsw: HnswConfig = HnswConfig()
     recall_sample: int = Field(200, ge=0, le=100000)
+    # A question file (JSONL/CSV/Parquet) whose questions probe HNSW recall; unset: the first
+    # sentence of `recall_sample` chunks stands in for questions.
+    recall_questions: Optional[str] = None
 
 
 class IndexConfig(_Strict):
@@ -100,7 +103,7 @@ class RetrieveConfig(_Strict):
 
 
 class RerankConfig(_Strict):
-    kind: Literal["embedding", "cross_encoder", "none"] = "embedding"
+    kind: Literal["embedding", "cross_encoder", "none"] = "none"
     model_dir: Optional[str] = None  # for cross_encoder: model.onnx + tokenizer.json
     top_n: int = Field(20, ge=1, le=1000)
 
@@ -109,7 +112,7 @@ class AnswerConfig(_Strict):
     kind: Literal["extractive", "openai", "bedrock"] = "extractive"
     max_sentences: int = Field(3, ge=1, le=20)
     top_chunks: int = Field(5, ge=1, le=50)
-    threshold: float = Field(0.45, ge=-1, le=1)
+    threshold: float = Field(0.55, ge=-1, le=1)
     base_url: Optional[str] = None  # openai-compatible endpoint
     model: Optional[str] = None
     api_key: Optional[str] = None

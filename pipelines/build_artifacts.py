@@ -41,7 +41,12 @@ def build_version_artifact(version_dir: str, cfg: Config, spec: ModelSpec,
     stats = build_artifact(shard_files(version_dir, CHUNKS_DIR), db_path, hnsw_m=h.m,
                            hnsw_ef_construction=h.ef_construction, hnsw_ef_search=h.ef_search)
     if cfg.artifacts.recall_sample:
-        queries = recall_queries(version_dir, cfg.artifacts.recall_sample)
+        if cfg.artifacts.recall_questions:
+            from transforms.questions import read_questions
+            queries = [q.question for q in read_questions(cfg.artifacts.recall_questions)
+                       if not isinstance(q, dict)][:cfg.artifacts.recall_sample]
+        else:
+            queries = recall_queries(version_dir, cfg.artifacts.recall_sample)
         if queries:
             embedder = embedder or Embedder(spec)
             qvecs = embedder.encode(queries)

@@ -49,5 +49,6 @@ def test_env_override_of_one_key(tmp_path):
 def test_example_configs_validate(monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    monkeypatch.setenv("RAGBEAM_S3_ENDPOINT", "http://127.0.0.1:8333")
     for path in DEFAULT_CONFIG.parent.glob("*.yaml"):
         load_config(path)
