@@ -19,15 +19,21 @@ install: $(STAMP)
 # Index the sample corpus on the embedded default, then answer the sample questions.
 run: $(STAMP)
 	$(BIN)/ragbeam index --config configs/default.yaml --input samples/corpus --output $(INDEX)
-	@if $(BIN)/ragbeam answer --help >/dev/null 2>&1; then \
-	  $(BIN)/ragbeam answer --config configs/default.yaml --index $(INDEX) \
-	    --questions samples/questions.jsonl --output $(ANSWERS) --show 3; fi
+	$(BIN)/ragbeam answer --config configs/default.yaml --index $(INDEX) \
+	  --questions samples/questions.jsonl --output $(ANSWERS) --show 3
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m bench.run --quick
+
+# The nightly run's cost: full index of debian-docs, change 1%, re-index (about 40 min on 2 cores).
+bench-nightly: $(STAMP)
+	$(BIN)/python -m bench.nightly_cost
 
 s3-up: $(STAMP)
 	infra/s3/local-s3.sh start

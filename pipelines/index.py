@@ -20,7 +20,7 @@ from pipelines.options import pipeline_options
 from transforms import publish
 from transforms.chunk import DOCUMENTS, ChunkFn, ChunkSettings
 from transforms.contextualize import ContextualizeFn
-from transforms.dedupe import DedupeByContent
+from transforms.dedupe import DedupeByContent, DedupeDocuments
 from transforms.embed import EmbedChunksFn, ModelSpec, model_spec_from_config
 from transforms.embed_cache import CACHE_SCHEMA, NEW_ENTRIES_DIR, commit_new_entries, namespace_dir
 from transforms.incremental import (SOURCES_READ_DIR, Plan as IndexPlan, load_live, make_plan, processing_key,
@@ -64,7 +64,8 @@ def build_index_pipeline(p: beam.Pipeline, plan: IndexPlan, out_dir: str, cfg: C
           | "WriteSourcesRead" >> WriteShards(os.path.join(out_dir, SOURCES_READ_DIR), SOURCE_SCHEMA))
     uniques = raws | "DedupeByContent" >> DedupeByContent(plan.extra_copies(), plan.known_rep)
     parsed = uniques | "Parse" >> beam.ParDo(ParseFn(acl_rules)).with_outputs(DEAD_LETTER, main="documents")
-    chunked = parsed.documents | "Chunk" >> beam.ParDo(
+    documents = parsed.documents | "DedupeDocuments" >> DedupeDocuments()
+    chunked = documents | "Chunk" >> beam.ParDo(
         ChunkFn(settings, spec.tokenizer_path)).with_outputs(DOCUMENTS, DEAD_LETTER, main="chunks")
     chunks = chunked.chunks | "Contextualize" >> beam.ParDo(
         ContextualizeFn(cfg.contextualize.kind, settings.context_tokens, spec.tokenizer_path)

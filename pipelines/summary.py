@@ -23,7 +23,8 @@ def reconcile(counters: dict[str, int], listed: int, skipped: int = 0) -> dict:
         "parsed": c("parsed_objects"),
         "dead_lettered": dead_objects,
         "dead_lettered_lines": c("dead_lettered_lines"),
-        "documents": c("documents"),
+        "documents": c("documents") - c("duplicate_documents"),
+        "duplicate_documents": c("duplicate_documents"),  # JSONL records repeated verbatim across files
         "dead_lettered_documents": c("dead_lettered_chunk"),
         "chunks": c("chunks"),
         "embedded": c("embedded"),

@@ -98,3 +98,16 @@ def test_a_failed_run_leaves_the_live_version_untouched(mini_index, test_config,
         run_index(test_config, str(tmp_path / "does-not-exist"), str(index_dir), progress=False,
                   log=lambda *_: None)
     assert publish.current_version(str(index_dir)) == before == s["version"]
+
+
+def test_a_record_repeated_in_two_files_is_one_document(test_config, tmp_path):
+    import json as _json
+    shared = _json.dumps({"id": "r-shared", "title": "Shared", "text": "The same record in two exports."})
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.jsonl").write_text(shared + "\n" + _json.dumps({"id": "a1", "text": "Only in a."}) + "\n")
+    (tmp_path / "src" / "b.jsonl").write_text(_json.dumps({"id": "b1", "text": "Only in b."}) + "\n" + shared + "\n")
+    s = run_index(test_config, str(tmp_path / "src"), str(tmp_path / "idx"), progress=False, log=lambda *_: None)
+    assert s["balanced"] and s["documents"] == 3 and s["duplicate_documents"] == 1
+    docs = {d["doc_id"]: d for d in read_table(version(tmp_path / "idx"), "documents").to_pylist()}
+    assert sorted(docs) == ["a1", "b1", "r-shared"]
+    assert [u.rsplit("/", 1)[-1] for u in docs["r-shared"]["source_uris"]] == ["a.jsonl", "b.jsonl"]

@@ -68,3 +68,29 @@ class DedupeByContent(beam.PTransform):
                 | "GroupByContentHash" >> beam.GroupByKey()
                 | "PickRepresentative" >> beam.ParDo(_PickFn(self.unread_by_hash, self.known_rep))
                 .with_output_types(UniqueObject))
+
+
+class _PickDocumentFn(beam.DoFn):
+    """JSONL records repeated verbatim in several files: one document, every file a source."""
+
+    def __init__(self):
+        self.duplicates = Metrics.counter(NAMESPACE, "duplicate_documents")
+
+    def process(self, element):
+        import dataclasses
+        _, docs = element
+        docs = sorted(docs, key=lambda d: (d.key, d.doc_id))
+        self.duplicates.inc(len(docs) - 1)
+        uris = sorted({u for d in docs for u in (d.source_uris or [d.source_uri])})
+        yield dataclasses.replace(docs[0], source_uris=uris) if len(docs) > 1 else docs[0]
+
+
+class DedupeDocuments(beam.PTransform):
+    """PCollection[Document] -> one Document per content hash (chunk ids derive from it)."""
+
+    def expand(self, docs):
+        from transforms.records import Document
+        return (docs
+                | "KeyByDocumentHash" >> beam.Map(lambda d: (d.content_hash, d))
+                | "GroupByDocumentHash" >> beam.GroupByKey()
+                | "PickDocument" >> beam.ParDo(_PickDocumentFn()).with_output_types(Document))

@@ -174,7 +174,7 @@ class EmbedChunksFn(beam.DoFn):
             fresh = self.embedder.encode([chunks[i].embed_text for i in missing], batch_size=self.batch_size)
             for i, vec in zip(missing, fresh):
                 vectors[i] = vec
-                yield beam.pvalue.TaggedOutput(self.NEW_EMBEDDINGS, {"key": keys[i], "embedding": vec.tolist()})
+                yield beam.pvalue.TaggedOutput(self.NEW_EMBEDDINGS, {"key": keys[i], "embedding": vec})
         self.embedded.inc(len(missing))
         self.cache_hits.inc(len(chunks) - len(missing))
         if missing and os.environ.get("RAGBEAM_TEST_KILL_AT") == "during_embed":

@@ -174,6 +174,12 @@ def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = Non
 
     docs = read_table(live.version_dir, DOCUMENTS_DIR)
     docs = docs.filter(pc.is_in(docs.column("source_hash"), pa.array(sorted(carried))))
+    # A record repeated verbatim in a re-processed file is already in the new rows: keep one.
+    fresh = shard_files(out_dir, DOCUMENTS_DIR)
+    if fresh:
+        fresh_hashes = pa.concat_arrays([pq.read_table(f, columns=["content_hash"]).column(0).combine_chunks()
+                                         for f in fresh])
+        docs = docs.filter(pc.invert(pc.is_in(docs.column("content_hash"), fresh_hashes)))
     hashes = docs.column("source_hash").to_pylist()
     docs = docs.set_column(docs.schema.get_field_index("source_uris"), "source_uris",
                            pa.array([uris_of[h] for h in hashes], pa.list_(pa.string())))
