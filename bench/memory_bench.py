@@ -66,5 +66,5 @@ def bench_memory(config_path, data: Dataset, base_docs: int, factors: tuple[int,
            for b in (32, 8)}
     report.add(Figure(SECTION, f"Embedder.encode peak RSS, {len(longest)} longest docs, batch 32", enc[32]["peak_rss_mb"],
                       "MB", enc[8]["peak_rss_mb"], "the same at batch 8 (embed.batch_size)",
-                      note="32 is encode()'s default, used by the reranker and the extractive answerer"))
+                      note="why encode() and embed.batch_size default to 8"))
     return runs

@@ -119,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # Beam warns at import that Google Cloud client libraries are absent; they are not used here.
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(lambda r: "apitools not found" not in r.getMessage())
     parser = build_parser()
     args, beam_args = parser.parse_known_args(argv)
     args.beam_args = beam_args  # anything else goes to Beam as pipeline options

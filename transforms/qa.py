@@ -65,6 +65,9 @@ class QAEngine:
         self.bm25 = BM25Index(self.con)
         self.masks = FilterMasks(self.con)
         self.embedder = embedder or Embedder(spec)
+        # Sentence vectors shared across batches: questions hitting the same chunks reuse
+        # them. ~1.5 KB a sentence, so 200k entries stay near 300 MB before a reset.
+        self.sentence_vectors = VectorCache(max_entries=200_000)
         r = cfg.rerank
         if r.kind == "embedding":
             self.reranker = make_reranker("embedding", embedder=self.embedder, rrf_k=cfg.retrieve.rrf_k)
@@ -121,9 +124,12 @@ class QAEngine:
         texts = [q.question for q in questions]
         head = self.cfg.rerank.top_n
         if isinstance(self.reranker, SentenceEmbeddingReranker) and isinstance(self.answerer, ExtractiveAnswerer):
-            cache = VectorCache()  # both embed the same sentences: once per batch is enough
+            cache = self.sentence_vectors  # both embed the same sentences: once is enough
             reranked = self.reranker.rerank(texts, [c[:head] for c in cands], cache=cache)
             results = self.answerer.answer(texts, reranked, cache=cache)
+        elif isinstance(self.answerer, ExtractiveAnswerer):
+            reranked = self.reranker.rerank(texts, [c[:head] for c in cands])
+            results = self.answerer.answer(texts, reranked, cache=self.sentence_vectors)
         else:
             reranked = self.reranker.rerank(texts, [c[:head] for c in cands])
             results = self.answerer.answer(texts, reranked)

@@ -26,40 +26,39 @@ class Reranker(Protocol):
 
 
 class VectorCache:
-    """Text -> unit vector for one batch, so the reranker and the answerer embed once.
+    """Text -> unit vector, so the reranker and the answerer embed each text once.
 
-    ensure() embeds only texts it has not seen, in a single encode call.
+    ensure() embeds only texts it has not seen, in a single encode call. The answer
+    job keeps one cache across batches (questions hitting the same chunks share
+    their sentences) and clears it past `max_entries` to bound memory.
     """
 
-    def __init__(self):
-        self._row: dict[str, int] = {}
-        self._blocks: list[np.ndarray] = []
-        self._matrix: Optional[np.ndarray] = None
+    def __init__(self, max_entries: int = 0):
+        self._vec: dict[str, np.ndarray] = {}
+        self.max_entries = max_entries  # 0: unbounded (one batch)
         self.encode_calls = 0
 
     def __contains__(self, text: str) -> bool:
-        return text in self._row
+        return text in self._vec
 
     def __len__(self) -> int:
-        return len(self._row)
+        return len(self._vec)
 
     def ensure(self, embedder, texts) -> None:
-        new = list(dict.fromkeys(t for t in texts if t not in self._row))
+        new = list(dict.fromkeys(t for t in texts if t not in self._vec))
         if not new:
             return
-        vecs = embedder.encode(new)
+        if self.max_entries and len(self._vec) + len(new) > self.max_entries:
+            self._vec.clear()
+            new = list(dict.fromkeys(texts))
+        vecs = np.asarray(embedder.encode(new), dtype=np.float32)
         self.encode_calls += 1
-        base = len(self._row)
-        for j, t in enumerate(new):
-            self._row[t] = base + j
-        self._blocks.append(np.asarray(vecs, dtype=np.float32))
-        self._matrix = None
+        self._vec.update(zip(new, vecs))
 
     def matrix(self, texts: list[str]) -> np.ndarray:
-        if self._matrix is None:
-            self._matrix = (np.concatenate(self._blocks) if self._blocks
-                            else np.zeros((0, 384), dtype=np.float32))
-        return self._matrix[[self._row[t] for t in texts]]
+        if not texts:
+            return np.zeros((0, 384), dtype=np.float32)
+        return np.stack([self._vec[t] for t in texts])
 
 
 def candidate_sentences(cand: dict, limit: int = MAX_SENTENCES_PER_CHUNK) -> list[str]:
