@@ -58,8 +58,8 @@ def bench_memory(config_path, data: Dataset, base_docs: int, factors: tuple[int,
                               slope, "MB", note="straight line through the smallest and largest run; "
                               "fixed costs such as the onnxruntime arena dominate at small sizes"))
     # Why the answer job grows: onnxruntime's arena keeps the largest activations it has
-    # seen, and attention grows with batch x seq^2. The reranker/answerer encode with
-    # Embedder.encode's default batch (32); the index job with embed.batch_size.
+    # seen, and attention grows with batch x seq^2: this figure shows what batch 32 would
+    # cost against the batch of 8 that Embedder.encode and embed.batch_size use.
     longest = sorted(data.take(base_docs * max(factors)), key=lambda d: -len(d["text"]))[:64]
     tfile = write_corpus(longest, os.path.join(work, "corpus-longest"))
     enc = {b: run_job(["encode", *cfg_args, "--input", os.path.join(tfile, "corpus.jsonl"), "--batch", str(b)])
