@@ -141,3 +141,24 @@ def test_resume_after_a_killed_run_gives_the_same_output(mini_index, tmp_path):
     assert resumed.read_text() == whole.read_text()
     ids = [json.loads(line)["id"] for line in resumed.read_text().splitlines()]
     assert len(ids) == len(set(ids)) == 30
+
+
+def test_questions_from_s3_and_parquet_output(mini_index, test_config, s3_server, tmp_path):
+    index_dir, _ = mini_index
+    qfile = write_questions(tmp_path / "questions.jsonl", "jsonl")
+    c = s3_server.client()
+    c.create_bucket(Bucket="questions")
+    c.upload_file(str(qfile), "questions", "nightly/questions.jsonl")
+    cfg = test_config.model_copy(update={
+        "s3": test_config.s3.model_copy(update={
+            "endpoint_url": s3_server.endpoint_url, "region": s3_server.region,
+            "access_key_id": s3_server.access_key, "secret_access_key": s3_server.secret_key}),
+        "output": test_config.output.model_copy(update={"format": "parquet"})})
+    out = tmp_path / "answers.parquet"
+    run_answer(cfg, str(index_dir), "s3://questions/nightly/questions.jsonl", str(out), progress=False,
+               log=lambda *_: None)
+    rows = pq.read_table(out).to_pylist()
+    assert len(rows) == len(KNOWN) + 3
+    answered = [r for r in rows if r["status"] == "answered"]
+    assert len(answered) == len(KNOWN)
+    assert all(json.loads(r["citations"]) and len(json.loads(r["retrieved"])) == 10 for r in answered)
