@@ -38,8 +38,8 @@ class RunnerConfig(_Strict):
 class S3Config(_Strict):
     endpoint_url: Optional[str] = None
     region: Optional[str] = None
-    access_key_id: Optional[str] = None
-    secret_access_key: Optional[str] = None
+    access_key_id: Optional[str] = Field(None, repr=False)  # secrets: never in reprs or manifests
+    secret_access_key: Optional[str] = Field(None, repr=False)
 
 
 class SourceConfig(_Strict):
@@ -115,7 +115,7 @@ class AnswerConfig(_Strict):
     threshold: float = Field(0.55, ge=-1, le=1)
     base_url: Optional[str] = None  # openai-compatible endpoint
     model: Optional[str] = None
-    api_key: Optional[str] = None
+    api_key: Optional[str] = Field(None, repr=False)
     region: Optional[str] = None
 
 

@@ -86,8 +86,8 @@ class WriteShardFn(beam.DoFn):
         yield len(records)
 
 
-def join_parts(parts_dir: str, output: str, fmt: str) -> int:
-    parts = sorted(glob.glob(os.path.join(parts_dir, f"shard-*.{fmt}")))
+def join_parts(parts_dir: str, output: str, fmt: str, shards: int) -> int:
+    parts = sorted(glob.glob(os.path.join(parts_dir, f"shard-*-of-{shards:05d}.{fmt}")))
     tmp = output + ".tmp"
     n = 0
     if fmt == "parquet":
@@ -109,6 +109,33 @@ def join_parts(parts_dir: str, output: str, fmt: str) -> int:
     return n
 
 
+def run_fingerprint(cfg: Config, version_dir: str, questions: str) -> dict:
+    """What must be equal for written shards to be reused by a resumed run."""
+    stat = os.stat(questions) if os.path.exists(questions) else None
+    settings = cfg.model_dump(mode="json", include={"retrieve", "rerank", "answer", "output", "embed"})
+    settings["answer"].pop("api_key", None)
+    return {"questions": questions, "questions_size": stat.st_size if stat else None,
+            "questions_mtime": stat.st_mtime if stat else None,
+            "index_version": os.path.basename(version_dir),
+            "settings": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]}
+
+
+def prepare_parts_dir(parts_dir: str, fingerprint: dict) -> None:
+    """Reuse shards only from an interrupted run of the same job; anything else starts afresh."""
+    import shutil
+    marker = os.path.join(parts_dir, "_run.json")
+    try:
+        with open(marker, encoding="utf-8") as f:
+            same = json.load(f) == fingerprint
+    except (FileNotFoundError, ValueError):
+        same = False
+    if not same:
+        shutil.rmtree(parts_dir, ignore_errors=True)
+        os.makedirs(parts_dir)
+        with open(marker, "w", encoding="utf-8") as f:
+            json.dump(fingerprint, f)
+
+
 def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress: bool = True,
                beam_args: Optional[list[str]] = None, log=print) -> dict:
     from pipelines.index import counters, s3_settings
@@ -121,7 +148,7 @@ def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress
         check_model(json.load(f), spec)  # refuse before any work, not in every worker
     shards, fmt = cfg.output.shards, cfg.output.format
     parts_dir = output + ".parts"
-    os.makedirs(parts_dir, exist_ok=True)
+    prepare_parts_dir(parts_dir, run_fingerprint(cfg, version_dir, questions))
     done = {s for s in range(shards) if os.path.exists(part_path(parts_dir, s, shards, fmt))}
     log(f"ragbeam answer: {questions} against {version_dir} "
         f"({len(done)}/{shards} shards already written)")
@@ -143,7 +170,7 @@ def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress
                                                      progress_every_s=5.0 if progress else 0.0))
          | "WriteShard" >> beam.ParDo(WriteShardFn(parts_dir, shards, fmt)))
     stats = counters(p.result)
-    n = join_parts(parts_dir, output, fmt)
+    n = join_parts(parts_dir, output, fmt, shards)
     summary = {"questions_written": n, "answered": stats.get("answered", 0),
                "not_found": stats.get("not_found", 0), "errors": stats.get("answer_errors", 0),
                "invalid_citations_removed": stats.get("invalid_citations_removed", 0),

@@ -9,7 +9,8 @@ from configs.schema import ConfigError, load_config
 
 
 def _index(args) -> int:
-    from pipelines.index import GateFailed, run_index
+    from pipelines.index import GateFailed, IndexPathError, NoChunksError, run_index
+    from transforms.publish import IndexBusyError
     from pipelines.summary import format_summary
 
     cfg = load_config(args.config)
@@ -19,10 +20,13 @@ def _index(args) -> int:
         return 0
     try:
         summary = run_index(cfg, args.input, args.output, progress=not args.quiet, beam_args=args.beam_args)
-    except GateFailed as e:
-        print(format_summary(e.summary))
-        print(f"NOT PUBLISHED: {e}; the live version stays as it was", file=sys.stderr)
-        return 4
+    except (GateFailed, NoChunksError, IndexPathError, IndexBusyError) as e:
+        if isinstance(e, GateFailed):
+            print(format_summary(e.summary))
+            print(f"NOT PUBLISHED: {e}; the live version stays as it was", file=sys.stderr)
+            return 4
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(format_summary(summary))
     print(f"published    {args.output} (summary.json beside the version)")
     return 0 if summary["balanced"] else 3

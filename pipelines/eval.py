@@ -407,7 +407,7 @@ def summarize(per_q, ds, cfg, version_dir, version, hnsw, labels, timings, with_
         "recall_curve": {s: {str(k): M.mean(r["metrics"][s][f"recall@{k}"] for r in per_q) for k in RECALL_KS}
                          for s in STAGES},
         "hnsw_recall@10": hnsw, "bm25_floor_ndcg@10": floors,
-        "config": cfg.model_dump(mode="json", exclude={"s3"}),
+        "config": cfg.model_dump(mode="json", exclude={"s3": True, "answer": {"api_key"}}),
         "timings": {k: round(v, 2) for k, v in timings.items()},
     }
     groups = sorted({r["group"] for r in per_q if r["group"]})

@@ -163,6 +163,16 @@ def dry_run(cfg: Config, input_uri: str, index_dir: str) -> str:
 def run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool = True,
               beam_args: Optional[list[str]] = None, log=print) -> dict:
     """Index `input_uri` into a new version of `index_dir`; return the run summary."""
+    if "://" in index_dir:
+        raise IndexPathError(f"--output {index_dir}: the index directory must be a local or mounted path "
+                         "(DuckDB opens it as a file); object-store index directories are not supported")
+    os.makedirs(index_dir, exist_ok=True)
+    with publish.index_lock(index_dir):  # one writer per index: a second run waits for none, it fails
+        return _run_index(cfg, input_uri, index_dir, progress=progress, beam_args=beam_args, log=log)
+
+
+def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
+               beam_args: Optional[list[str]], log) -> dict:
     from pipelines.summary import reconcile, write_run_outputs
     from pipelines.build_artifacts import build_version_artifact
 
@@ -188,6 +198,10 @@ def run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool = T
     _kill_point("after_pipeline")
 
     changes = write_sources_and_carry(plan, out_dir)
+    if not shard_has_rows(out_dir, CHUNKS_DIR):
+        dead = stats.get("read_errors", 0) + stats.get("dead_lettered_parse", 0)
+        raise NoChunksError(f"no chunks to index from {input_uri}: {len(plan.listed)} objects, "
+                            f"{dead} dead-lettered (reasons in {out_dir}/dead_letters); nothing published")
     artifact = build_version_artifact(out_dir, cfg, spec) if cfg.artifacts.build else {}
     _kill_point("after_artifact")
     summary = reconcile(stats, listed=len(plan.listed), skipped=len(plan.skipped))
@@ -212,6 +226,20 @@ def run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool = T
     summary["cache_files_added"] = commit_new_entries(publish.version_dir(index_dir, version), cache_dir, version)
     summary["pruned"] = publish.prune(index_dir, cfg.index.keep_versions)
     return summary
+
+
+def shard_has_rows(version_dir: str, table: str) -> bool:
+    import pyarrow.parquet as pq
+    from transforms.shards import shard_files
+    return any(pq.read_metadata(f).num_rows for f in shard_files(version_dir, table))
+
+
+class NoChunksError(RuntimeError):
+    pass
+
+
+class IndexPathError(ValueError):
+    pass
 
 
 class GateFailed(RuntimeError):

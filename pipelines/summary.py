@@ -45,7 +45,7 @@ def write_run_outputs(version_dir: str, cfg: Config, spec: ModelSpec, summary: d
                   "max_length": spec.max_length, "namespace": spec.namespace},
         "versions": versions,
         "processing_key": processing_key,
-        "config": cfg.model_dump(mode="json", exclude={"s3"}),  # never write secrets
+        "config": cfg.model_dump(mode="json", exclude={"s3": True, "answer": {"api_key"}}),  # never write secrets
         "counts": {k: summary[k] for k in ("documents", "chunks", "dead_lettered", "duplicates")},
         "artifact": summary.get("artifact", {}),
         "python": platform.python_version(),

@@ -162,3 +162,16 @@ def test_questions_from_s3_and_parquet_output(mini_index, test_config, s3_server
     answered = [r for r in rows if r["status"] == "answered"]
     assert len(answered) == len(KNOWN)
     assert all(json.loads(r["citations"]) and len(json.loads(r["retrieved"])) == 10 for r in answered)
+
+
+def test_a_new_question_file_never_reuses_old_shards(mini_index, test_config, tmp_path):
+    index_dir, _ = mini_index
+    out = tmp_path / "answers.jsonl"
+    first = tmp_path / "first.jsonl"
+    first.write_text(json.dumps({"id": "a", "question": KNOWN[0][0]}) + "\n")
+    run_answer(test_config, str(index_dir), str(first), str(out), progress=False, log=lambda *_: None)
+    second = tmp_path / "second.jsonl"
+    second.write_text(json.dumps({"id": "b", "question": KNOWN[1][0]}) + "\n")
+    summary = run_answer(test_config, str(index_dir), str(second), str(out), progress=False, log=lambda *_: None)
+    assert summary["shards_skipped"] == 0
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["b"]

@@ -111,3 +111,12 @@ def test_a_record_repeated_in_two_files_is_one_document(test_config, tmp_path):
     docs = {d["doc_id"]: d for d in read_table(version(tmp_path / "idx"), "documents").to_pylist()}
     assert sorted(docs) == ["a1", "b1", "r-shared"]
     assert [u.rsplit("/", 1)[-1] for u in docs["r-shared"]["source_uris"]] == ["a.jsonl", "b.jsonl"]
+
+
+def test_a_source_with_nothing_indexable_is_a_clear_error(test_config, tmp_path):
+    from pipelines.index import NoChunksError
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "image.bin").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    with pytest.raises(NoChunksError, match="1 dead-lettered"):
+        run_index(test_config, str(tmp_path / "src"), str(tmp_path / "idx"), progress=False, log=lambda *_: None)
+    assert publish.current_version(str(tmp_path / "idx")) is None

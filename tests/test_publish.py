@@ -44,3 +44,12 @@ def test_resolve_index_refuses_what_is_not_an_index(tmp_path):
     (tmp_path / "CURRENT").write_text("missing\n")
     with pytest.raises(FileNotFoundError, match="no complete version"):
         publish.resolve_index(str(tmp_path))
+
+
+def test_one_writer_per_index(tmp_path):
+    with publish.index_lock(str(tmp_path)):
+        with pytest.raises(publish.IndexBusyError, match="another run"):
+            with publish.index_lock(str(tmp_path)):
+                pass
+    with publish.index_lock(str(tmp_path)):  # released after the first run
+        pass

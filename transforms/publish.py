@@ -7,7 +7,9 @@ written and fsynced, so readers always see one complete version.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import json
 import os
 import secrets
@@ -106,6 +108,24 @@ def prune(index_dir: str, keep: int) -> list[str]:
             shutil.rmtree(os.path.join(versions_root, name), ignore_errors=True)
             removed.append(name)
     return removed
+
+
+class IndexBusyError(RuntimeError):
+    pass
+
+
+@contextlib.contextmanager
+def index_lock(index_dir: str):
+    """An exclusive lock on INDEX/.lock for a whole run: two runs never share a staging dir."""
+    fd = os.open(os.path.join(index_dir, ".lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise IndexBusyError(f"{index_dir} is being indexed by another run (lock {index_dir}/.lock)") from None
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock, also when the process is killed
 
 
 def clear_staging(index_dir: str) -> None:

@@ -208,7 +208,8 @@ class AnswerShardFn(beam.DoFn):
                 answered = self.engine.answer_batch(batch, self.cfg.output.retrieved_top_k)
             except Exception as e:  # a failing batch is recorded per question, the job goes on
                 answered = [error_record(q.id, q.question, f"{type(e).__name__}: {e}") for q in batch]
-            for rec in answered:
+            for q, rec in zip(batch, answered):
+                rec["line"] = q.line  # the writer restores input order within the shard
                 {"answered": self.answered, "not_found": self.not_found}.get(rec["status"], self.errors).inc()
                 self.invalid.inc(rec.get("invalid_citations") or 0)
             out.extend(answered)
