@@ -8,6 +8,7 @@ switching the CURRENT pointer. A failure anywhere leaves the live version as it 
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import signal
 import time
@@ -184,9 +185,10 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
         raise FileNotFoundError(f"{input_uri}: no objects to index")
     version = publish.new_version_name()
     publish.clear_staging(index_dir)
+    cache_dir = namespace_dir(index_dir, spec.namespace)
+    recover_cache_entries(index_dir)
     out_dir = publish.staging_dir(index_dir, version)
     os.makedirs(out_dir, exist_ok=True)
-    cache_dir = namespace_dir(index_dir, spec.namespace)
     indexed_at = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     log(f"ragbeam index: {len(plan.listed)} objects, {len(plan.to_read)} to read, "
         f"{len(plan.skipped)} unchanged, {len(plan.removed)} removed -> version {version} ({cfg.runner.name})")
@@ -226,6 +228,22 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
     summary["cache_files_added"] = commit_new_entries(publish.version_dir(index_dir, version), cache_dir, version)
     summary["pruned"] = publish.prune(index_dir, cfg.index.keep_versions)
     return summary
+
+
+def recover_cache_entries(index_dir: str) -> None:
+    """A run killed between publishing and committing its new vectors left them in its version
+    dir; they are durable and published, so they can join the cache now."""
+    import glob
+    from transforms.embed_cache import NEW_ENTRIES_DIR
+    for pending in sorted(glob.glob(os.path.join(index_dir, publish.VERSIONS, "*", NEW_ENTRIES_DIR))):
+        version_path = os.path.dirname(pending)
+        manifest = os.path.join(version_path, "manifest.json")
+        try:
+            with open(manifest, encoding="utf-8") as f:
+                namespace = json.load(f)["model"]["namespace"]
+        except (OSError, ValueError, KeyError):
+            continue
+        commit_new_entries(version_path, namespace_dir(index_dir, namespace), os.path.basename(version_path))
 
 
 def shard_has_rows(version_dir: str, table: str) -> bool:

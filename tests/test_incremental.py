@@ -1,6 +1,7 @@
 """Nightly incremental re-index on the real S3 server, and real kills at several stages."""
 import json
 import os
+from pathlib import Path
 import subprocess
 import sys
 
@@ -120,7 +121,11 @@ def test_killed_runs_leave_the_live_version_answering(tmp_path, test_config):
     run = _index_cmd(src, index_dir, kill_at="after_publish")  # published, cache not yet committed
     assert run.returncode == -9
     assert publish.current_version(str(index_dir)) != live
+    killed_version = publish.current_version(str(index_dir))
+    cached = lambda: {p.stem.rsplit("-", 1)[0] for p in Path(index_dir, "cache").rglob("*.parquet")}  # noqa: E731
+    assert killed_version not in cached()
     assert _index_cmd(src, index_dir).returncode == 0
+    assert killed_version in cached()  # the killed run's published vectors joined the cache
 
     reference = tmp_path / "reference"
     assert _index_cmd(src, reference).returncode == 0
