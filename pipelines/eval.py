@@ -212,10 +212,9 @@ class Evaluator:
                                 dense_rank=o["_dense_rank"].get(c), bm25_rank=o["_bm25_rank"].get(c))
                     cands.append(cand)
                 heads.append(cands)
-            cache = _shared_cache(e)
-            kw = {"cache": cache} if cache is not None else {}
-            reranked = e.reranker.rerank(texts, heads, **kw)
-            results = e.answerer.answer(texts, reranked, **kw) if answer else [None] * len(texts)
+            reranked = e.reranker.rerank(texts, heads, cache=e.sentence_vectors)
+            results = (e.answerer.answer(texts, reranked, cache=e.sentence_vectors) if answer
+                       else [None] * len(texts))
             for o, head, res in zip(out, reranked, results):
                 seen = {c["chunk_no"] for c in head}
                 o["reranked"] = [c["chunk_no"] for c in head] + [c for c in o["hybrid"] if c not in seen]
@@ -233,16 +232,6 @@ class Evaluator:
         _, exact = self.engine.dense.search(qvecs, k)
         _, approx = search_hnsw(self.engine.con, qvecs, k)
         return M.mean(len(set(a[a >= 0]) & set(x[x >= 0])) / k for x, a in zip(exact, approx))
-
-
-def _shared_cache(engine):
-    """The embedding reranker and the extractive answerer embed the same sentences:
-    one VectorCache per batch embeds them once (the answer job embeds them twice)."""
-    from transforms.answer import ExtractiveAnswerer
-    from transforms.rerank import SentenceEmbeddingReranker, VectorCache
-    if isinstance(engine.reranker, SentenceEmbeddingReranker) and isinstance(engine.answerer, ExtractiveAnswerer):
-        return VectorCache()
-    return None
 
 
 # --- the gate ----------------------------------------------------------------------------

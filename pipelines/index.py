@@ -28,7 +28,7 @@ from transforms.incremental import (SOURCES_READ_DIR, Plan as IndexPlan, load_li
                                     write_sources_and_carry)
 from transforms.parse.dofn import DEAD_LETTER, ParseFn
 from transforms.read import ListedObject, ReadObjectsFn, S3Settings, list_objects
-from transforms.records import (CHUNK_SCHEMA, DEAD_LETTER_SCHEMA, DOCUMENT_SCHEMA, SOURCE_SCHEMA, Chunk,
+from transforms.records import (METRICS_NAMESPACE, CHUNK_SCHEMA, DEAD_LETTER_SCHEMA, DOCUMENT_SCHEMA, SOURCE_SCHEMA, Chunk,
                                 RawObject, dead_letter_row)
 from transforms.shards import CHUNKS_DIR, DEAD_LETTERS_DIR, DOCUMENTS_DIR, WriteShards
 
@@ -91,7 +91,7 @@ def counters(result) -> dict[str, int]:
     from apache_beam.metrics.metric import MetricsFilter
 
     out: dict[str, int] = {}
-    for c in result.metrics().query(MetricsFilter().with_namespace("ragbeam"))["counters"]:
+    for c in result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]:
         out[c.key.metric.name] = out.get(c.key.metric.name, 0) + (c.committed or c.attempted or 0)
     return out
 

@@ -41,7 +41,8 @@ class AnswerResult:
 
 
 class Answerer(Protocol):
-    def answer(self, questions: list[str], candidates: list[list[dict]]) -> list[AnswerResult]:
+    def answer(self, questions: list[str], candidates: list[list[dict]],
+               cache: Optional[VectorCache] = None) -> list[AnswerResult]:
         ...
 
 
@@ -186,7 +187,8 @@ class GeneratorAnswerer:
         self.max_source_chars = max_source_chars
         self.concurrency = max(1, concurrency)  # requests in flight; the server batches them
 
-    def answer(self, questions: list[str], candidates: list[list[dict]]) -> list[AnswerResult]:
+    def answer(self, questions: list[str], candidates: list[list[dict]],
+               cache: Optional[VectorCache] = None) -> list[AnswerResult]:  # cache unused: no embedding here
         if len(questions) != len(candidates):
             raise ValueError(f"{len(questions)} questions but {len(candidates)} candidate lists")
         jobs = list(zip(questions, candidates))

@@ -119,8 +119,9 @@ def chunk_document(doc: Document, tokenizer: Tokenizer, settings: ChunkSettings)
             text = _join(group)
             n = count_tokens(tokenizer, [text])[0]
             # Joining can merge word pieces differently at the seams; re-cut if so.
-            texts = [text] if n <= budget else _hard_split(tokenizer, text, budget)
-            for t in texts:
+            pieces = [(text, n)] if n <= budget else [
+                (t, count_tokens(tokenizer, [t])[0]) for t in _hard_split(tokenizer, text, budget)]
+            for t, n_text in pieces:
                 ordinal = len(chunks)
                 chunks.append(Chunk(
                     chunk_id=stable_id(doc.content_hash, version, str(ordinal)),
@@ -136,7 +137,7 @@ def chunk_document(doc: Document, tokenizer: Tokenizer, settings: ChunkSettings)
                     source_uris=list(doc.source_uris or [doc.source_uri]),
                     acl=list(doc.acl),
                     metadata=dict(doc.metadata),
-                    n_tokens=count_tokens(tokenizer, [t])[0] + SPECIAL_TOKENS,
+                    n_tokens=n_text + SPECIAL_TOKENS,
                     chunker_version=version,
                 ))
     return chunks
@@ -147,10 +148,9 @@ def chunk_document(doc: Document, tokenizer: Tokenizer, settings: ChunkSettings)
 import apache_beam as beam  # noqa: E402
 from apache_beam.metrics import Metrics  # noqa: E402
 
-from transforms.records import DeadLetter, document_row  # noqa: E402
+from transforms.records import DEAD_LETTER, METRICS_NAMESPACE, DeadLetter, document_row  # noqa: E402
 
 DOCUMENTS = "documents"
-DEAD_LETTER = "dead_letter"
 
 
 class ChunkFn(beam.DoFn):
@@ -159,8 +159,8 @@ class ChunkFn(beam.DoFn):
     def __init__(self, settings: ChunkSettings, tokenizer_path: str | None = None):
         self.settings = settings
         self.tokenizer_path = tokenizer_path
-        self.chunks_counter = Metrics.counter("ragbeam", "chunks")
-        self.failed = Metrics.counter("ragbeam", "dead_lettered_chunk")
+        self.chunks_counter = Metrics.counter(METRICS_NAMESPACE, "chunks")
+        self.failed = Metrics.counter(METRICS_NAMESPACE, "dead_lettered_chunk")
 
     def setup(self):
         from transforms.tokens import load_tokenizer

@@ -16,7 +16,7 @@ from apache_beam.metrics import Metrics
 from transforms.incremental import is_carried, representative
 from transforms.records import RawObject, UniqueObject
 
-NAMESPACE = "ragbeam"
+from transforms.records import METRICS_NAMESPACE as NAMESPACE  # noqa: E402
 
 
 def pick_representative(copies: Iterable[RawObject],

@@ -138,7 +138,7 @@ import time  # noqa: E402
 import apache_beam as beam  # noqa: E402
 from apache_beam.metrics import Metrics  # noqa: E402
 
-from transforms.records import chunk_row  # noqa: E402
+from transforms.records import METRICS_NAMESPACE, chunk_row  # noqa: E402
 
 
 class EmbedChunksFn(beam.DoFn):
@@ -156,8 +156,8 @@ class EmbedChunksFn(beam.DoFn):
         self.indexed_at = indexed_at
         self.cache_dir = cache_dir
         self.progress_every_s = progress_every_s
-        self.embedded = Metrics.counter("ragbeam", "embedded")
-        self.cache_hits = Metrics.counter("ragbeam", "cache_hits")
+        self.embedded = Metrics.counter(METRICS_NAMESPACE, "embedded")
+        self.cache_hits = Metrics.counter(METRICS_NAMESPACE, "cache_hits")
 
     def setup(self):
         from transforms.embed_cache import EmbeddingCache

@@ -15,9 +15,8 @@ import numpy as np
 
 from transforms.artifacts import open_artifact, read_meta
 from transforms.embed import Embedder, ModelSpec
-from transforms.answer import ExtractiveAnswerer
 from transforms.fuse import rrf_fuse
-from transforms.rerank import SentenceEmbeddingReranker, VectorCache
+from transforms.rerank import VectorCache
 from transforms.retrieve import BM25Index, DenseIndex, FilterMasks, choose_dense_mode, fetch_chunks, search_hnsw
 
 
@@ -123,16 +122,9 @@ class QAEngine:
         cands = self.retrieve(questions)
         texts = [q.question for q in questions]
         head = self.cfg.rerank.top_n
-        if isinstance(self.reranker, SentenceEmbeddingReranker) and isinstance(self.answerer, ExtractiveAnswerer):
-            cache = self.sentence_vectors  # both embed the same sentences: once is enough
-            reranked = self.reranker.rerank(texts, [c[:head] for c in cands], cache=cache)
-            results = self.answerer.answer(texts, reranked, cache=cache)
-        elif isinstance(self.answerer, ExtractiveAnswerer):
-            reranked = self.reranker.rerank(texts, [c[:head] for c in cands])
-            results = self.answerer.answer(texts, reranked, cache=self.sentence_vectors)
-        else:
-            reranked = self.reranker.rerank(texts, [c[:head] for c in cands])
-            results = self.answerer.answer(texts, reranked)
+        # Reranker and answerer share one sentence-vector cache: each sentence is embedded once.
+        reranked = self.reranker.rerank(texts, [c[:head] for c in cands], cache=self.sentence_vectors)
+        results = self.answerer.answer(texts, reranked, cache=self.sentence_vectors)
         # The reranker reorders the head; the fused tail keeps its order after it.
         reranked = [r + c[head:] for r, c in zip(reranked, cands)]
         out = []
@@ -171,6 +163,8 @@ def _chat_client(a):
 import apache_beam as beam  # noqa: E402
 from apache_beam.metrics import Metrics  # noqa: E402
 
+from transforms.records import METRICS_NAMESPACE  # noqa: E402
+
 
 class AnswerShardFn(beam.DoFn):
     """(shard, questions) -> the shard's output records, answered in batches.
@@ -181,10 +175,10 @@ class AnswerShardFn(beam.DoFn):
     def __init__(self, version_dir: str, cfg, spec: ModelSpec, progress_every_s: float = 0.0):
         self.version_dir, self.cfg, self.spec = version_dir, cfg, spec
         self.progress_every_s = progress_every_s
-        self.answered = Metrics.counter("ragbeam", "answered")
-        self.not_found = Metrics.counter("ragbeam", "not_found")
-        self.errors = Metrics.counter("ragbeam", "answer_errors")
-        self.invalid = Metrics.counter("ragbeam", "invalid_citations_removed")
+        self.answered = Metrics.counter(METRICS_NAMESPACE, "answered")
+        self.not_found = Metrics.counter(METRICS_NAMESPACE, "not_found")
+        self.errors = Metrics.counter(METRICS_NAMESPACE, "answer_errors")
+        self.invalid = Metrics.counter(METRICS_NAMESPACE, "invalid_citations_removed")
 
     def setup(self):
         import time

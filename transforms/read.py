@@ -22,10 +22,8 @@ from typing import Iterable, Iterator, Optional
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from transforms.records import DeadLetter, RawObject
+from transforms.records import DEAD_LETTER, METRICS_NAMESPACE as NAMESPACE, DeadLetter, RawObject
 
-NAMESPACE = "ragbeam"
-DEAD_LETTER = "dead_letter"
 CHUNK_BYTES = 1 << 20
 
 log = logging.getLogger(__name__)

@@ -16,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 EMBEDDING_DIM = 384
+METRICS_NAMESPACE = "ragbeam"  # every stage's Beam counters; the summary reads this namespace
+DEAD_LETTER = "dead_letter"  # the tagged output every stage sends unprocessable input to
 
 
 def sha256_hex(data: bytes) -> str:

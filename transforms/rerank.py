@@ -21,7 +21,8 @@ MAX_SENTENCES_PER_CHUNK = 64  # bounds the encode cost of a pathological chunk
 class Reranker(Protocol):
     name: str
 
-    def rerank(self, questions: list[str], candidates: list[list[dict]]) -> list[list[dict]]:
+    def rerank(self, questions: list[str], candidates: list[list[dict]],
+               cache: Optional["VectorCache"] = None) -> list[list[dict]]:
         ...
 
 
@@ -263,7 +264,8 @@ class OnnxCrossEncoderReranker:
             out[idx] = relevance_logit(np.asarray(logits), len(idx))
         return out
 
-    def rerank(self, questions: list[str], candidates: list[list[dict]]) -> list[list[dict]]:
+    def rerank(self, questions: list[str], candidates: list[list[dict]],
+               cache: Optional[VectorCache] = None) -> list[list[dict]]:
         _check_batch(questions, candidates)
         pairs = [(q, self.passage(c)) for q, cands in zip(questions, candidates) for c in cands]
         flat = self.score_pairs(pairs)
@@ -299,7 +301,8 @@ class NoReranker:
     """Keeps the first-stage order; still adds rerank_score so outputs look alike."""
     name = "none"
 
-    def rerank(self, questions: list[str], candidates: list[list[dict]]) -> list[list[dict]]:
+    def rerank(self, questions: list[str], candidates: list[list[dict]],
+               cache: Optional[VectorCache] = None) -> list[list[dict]]:
         _check_batch(questions, candidates)
         out = []
         for cands in candidates:

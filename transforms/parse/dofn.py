@@ -9,8 +9,7 @@ from apache_beam.metrics import Metrics
 from transforms import progress
 from transforms.records import DeadLetter, Document, UniqueObject
 
-NAMESPACE = "ragbeam"
-DEAD_LETTER = "dead_letter"
+from transforms.records import DEAD_LETTER, METRICS_NAMESPACE as NAMESPACE  # noqa: E402
 
 
 class ParseFn(beam.DoFn):
