@@ -13,7 +13,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["pipelines", "pipelines.*", "transforms", "transforms.*",
                                     "configs", "configs.*"]),
-    package_data={"configs": ["*.yaml"], "transforms": ["model_files/*"]},
+    package_data={"configs": ["*.yaml"], "transforms.model": ["model_files/*"]},
     include_package_data=True,
     install_requires=[
         "apache-beam[aws]==2.77.0",  # pins numpy<2.5 and pyarrow<26

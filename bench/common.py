@@ -35,7 +35,7 @@ def best_of(fn, repeats: int = 3) -> float:
 
 def chunk_embed_texts(version_dir: str) -> list[str]:
     """What the index job embedded for each chunk: Chunk.embed_text, rebuilt from the shards."""
-    from transforms.shards import CHUNKS_DIR, read_table
+    from transforms.index.shards import CHUNKS_DIR, read_table
 
     t = read_table(version_dir, CHUNKS_DIR, ["chunk_id", "context", "text"]).sort_by("chunk_id")
     return [f"{c}\n{x}" if c else x for c, x in zip(t.column("context").to_pylist(), t.column("text").to_pylist())]

@@ -63,9 +63,9 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z'-]+")
 @functools.lru_cache(maxsize=1)
 def sample_sentences() -> tuple[str, ...]:
     """Prose sentences from samples/corpus, parsed by the project's own parsers."""
-    from transforms.parse import parse_object
+    from transforms.ingest.parse import parse_object
     from transforms.records import RawObject
-    from transforms.sentences import split_sentences
+    from transforms.common.sentences import split_sentences
 
     out: list[str] = []
     for path in sorted(p for p in (SAMPLES / "corpus").rglob("*") if p.is_file()):

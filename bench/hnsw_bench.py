@@ -12,8 +12,8 @@ SECTION = "3. HNSW vs exact search"
 
 
 def bench_hnsw(cfg, index: dict, qvecs: np.ndarray, report: Report, k: int = 10) -> None:
-    from transforms.artifacts import open_artifact
-    from transforms.retrieve import DenseIndex, search_hnsw
+    from transforms.index.artifacts import open_artifact
+    from transforms.query.retrieve import DenseIndex, search_hnsw
 
     art = index["summary"]["artifact"]
     con = open_artifact(os.path.join(index["version_dir"], "index.duckdb"), read_only=True,

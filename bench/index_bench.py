@@ -12,8 +12,8 @@ SECTION = "1. Index throughput"
 
 def bench_index(cfg, data: Dataset, n_docs: int, work: str, report: Report) -> dict:
     from pipelines.index import run_index
-    from transforms.embed import Embedder, model_spec_from_config
-    from transforms.publish import resolve_index
+    from transforms.ingest.embed import Embedder, model_spec_from_config
+    from transforms.index.publish import resolve_index
 
     corpus = write_corpus(data.take(n_docs), os.path.join(work, "corpus-index"))
     index_dir = os.path.join(work, "index")  # fresh: no embedding cache to hit

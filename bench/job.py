@@ -49,10 +49,10 @@ def main(argv=None) -> int:
         import apache_beam  # noqa: F401  what every job imports
         import pipelines.answer  # noqa: F401
         import pipelines.index  # noqa: F401
-        from transforms.embed import Embedder, model_spec_from_config
+        from transforms.ingest.embed import Embedder, model_spec_from_config
         Embedder(model_spec_from_config(cfg)).encode(["warm up the session"] * 8)
     elif a.kind == "encode":
-        from transforms.embed import Embedder, model_spec_from_config
+        from transforms.ingest.embed import Embedder, model_spec_from_config
         with open(a.input, encoding="utf-8") as f:
             texts = [json.loads(line)["text"] for line in f]
         Embedder(model_spec_from_config(cfg)).encode(texts, batch_size=a.batch)

@@ -48,7 +48,7 @@ def main(argv=None) -> int:
 
     from configs.schema import load_config
     from pipelines.index import run_index
-    from pipelines.summary import format_summary
+    from transforms.index.manifest import format_summary
 
     cfg = load_config(args.config)
     scratch = Path(tempfile.mkdtemp(prefix="ragbeam-nightly-"))

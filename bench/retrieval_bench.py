@@ -81,9 +81,9 @@ def _rate(n: int, seconds: float) -> float:
 def bench_retrieval(cfg, index: dict, questions: list[dict], n_answer: int, batch: int,
                     work: str, report: Report) -> dict:
     from pipelines.answer import run_answer
-    from transforms.embed import model_spec_from_config
-    from transforms.qa import QAEngine, Question
-    from transforms.retrieve import DenseIndex
+    from transforms.ingest.embed import model_spec_from_config
+    from transforms.query.engine import QAEngine, Question
+    from transforms.query.retrieve import DenseIndex
 
     spec = model_spec_from_config(cfg)
     embedder = index["embedder"]

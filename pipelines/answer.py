@@ -17,12 +17,14 @@ from typing import Optional
 
 import apache_beam as beam
 
+from transforms.common.fault_injection import kill_point
+
 from configs.schema import Config
 from pipelines.options import pipeline_options
-from transforms.embed import model_spec_from_config
-from transforms.publish import resolve_index
-from transforms.qa import AnswerShardFn, Question, error_record
-from transforms.questions import read_questions
+from transforms.ingest.embed import model_spec_from_config
+from transforms.index.publish import resolve_index
+from transforms.query.engine import AnswerShardFn, Question, error_record
+from transforms.query.questions import read_questions
 
 
 def shard_of(key: str, shards: int) -> int:
@@ -81,8 +83,7 @@ class WriteShardFn(beam.DoFn):
             r.pop("line", None)
         write_part(part_path(self.parts_dir, shard, self.shards, self.fmt), records, self.fmt)
         self._written = getattr(self, "_written", 0) + 1
-        if os.environ.get("RAGBEAM_TEST_KILL_AT") == f"after_shard:{self._written}":
-            os.kill(os.getpid(), 9)  # tests: a real crash between two shard writes
+        kill_point(f"after_shard:{self._written}")  # tests: a real crash between two shard writes
         yield len(records)
 
 
@@ -138,12 +139,13 @@ def prepare_parts_dir(parts_dir: str, fingerprint: dict) -> None:
 
 def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress: bool = True,
                beam_args: Optional[list[str]] = None, log=print) -> dict:
-    from pipelines.index import counters, s3_settings
+    from transforms.common.counters import read_counters as counters
+    from transforms.common.s3 import settings_from_config as s3_settings
 
     started = time.monotonic()
     version_dir = resolve_index(index)
     spec = model_spec_from_config(cfg)
-    from transforms.qa import check_model
+    from transforms.query.engine import check_model
     with open(os.path.join(version_dir, "manifest.json"), encoding="utf-8") as f:
         check_model(json.load(f), spec)  # refuse before any work, not in every worker
     shards, fmt = cfg.output.shards, cfg.output.format
@@ -153,6 +155,8 @@ def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress
     log(f"ragbeam answer: {questions} against {version_dir} "
         f"({len(done)}/{shards} shards already written)")
     s3 = s3_settings(cfg)
+    from transforms.common.s3 import export_to_environment
+    export_to_environment(s3)  # workers resolve keys, the graph holds none
 
     def keyed(rec):
         key = rec.id if isinstance(rec, Question) else f"line:{rec.get('line')}"

@@ -10,8 +10,8 @@ from configs.schema import ConfigError, load_config
 
 def _index(args) -> int:
     from pipelines.index import GateFailed, IndexPathError, NoChunksError, run_index
-    from transforms.publish import IndexBusyError
-    from pipelines.summary import format_summary
+    from transforms.index.publish import IndexBusyError
+    from transforms.index.manifest import format_summary
 
     cfg = load_config(args.config)
     if args.dry_run:
@@ -33,9 +33,9 @@ def _index(args) -> int:
 
 
 def _build_artifacts(args) -> int:
-    from pipelines.build_artifacts import build_version_artifact
-    from transforms.embed import model_spec_from_config
-    from transforms.publish import resolve_index
+    from transforms.index.build import build_version_artifact
+    from transforms.ingest.embed import model_spec_from_config
+    from transforms.index.publish import resolve_index
 
     cfg = load_config(args.config)
     version_dir = resolve_index(args.index)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import signal
 import time
 from typing import Optional
 
@@ -18,26 +17,24 @@ import apache_beam as beam
 
 from configs.schema import Config
 from pipelines.options import pipeline_options
-from transforms import publish
-from transforms.chunk import DOCUMENTS, ChunkFn, ChunkSettings
-from transforms.contextualize import ContextualizeFn
-from transforms.dedupe import DedupeByContent, DedupeDocuments
-from transforms.embed import EmbedChunksFn, ModelSpec, model_spec_from_config
-from transforms.embed_cache import CACHE_SCHEMA, NEW_ENTRIES_DIR, commit_new_entries, namespace_dir
-from transforms.incremental import (SOURCES_READ_DIR, Plan as IndexPlan, load_live, make_plan, processing_key,
+from transforms.index import publish
+from transforms.ingest.chunk import DOCUMENTS, ChunkFn, ChunkSettings
+from transforms.ingest.contextualize import ContextualizeFn
+from transforms.ingest.dedupe import DedupeByContent, DedupeDocuments
+from transforms.ingest.embed import EmbedChunksFn, ModelSpec, model_spec_from_config
+from transforms.ingest.embed_cache import CACHE_SCHEMA, NEW_ENTRIES_DIR, commit_new_entries, namespace_dir
+from transforms.index.incremental import (SOURCES_READ_DIR, Plan as IndexPlan, load_live, make_plan, processing_key,
                                     write_sources_and_carry)
-from transforms.parse.dofn import DEAD_LETTER, ParseFn
-from transforms.read import ListedObject, ReadObjectsFn, S3Settings, list_objects
-from transforms.records import (METRICS_NAMESPACE, CHUNK_SCHEMA, DEAD_LETTER_SCHEMA, DOCUMENT_SCHEMA, SOURCE_SCHEMA, Chunk,
+from transforms.common.counters import DEAD_LETTER, read_counters
+from transforms.common.fault_injection import kill_point
+from transforms.common.s3 import export_to_environment, settings_from_config
+from transforms.ingest.parse.dofn import ParseFn
+from transforms.ingest.read import ListedObject, ReadObjectsFn, list_objects
+from transforms.records import (CHUNK_SCHEMA, DEAD_LETTER_SCHEMA, DOCUMENT_SCHEMA, SOURCE_SCHEMA, Chunk,
                                 RawObject, dead_letter_row)
-from transforms.shards import CHUNKS_DIR, DEAD_LETTERS_DIR, DOCUMENTS_DIR, WriteShards
+from transforms.index.shards import CHUNKS_DIR, DEAD_LETTERS_DIR, DOCUMENTS_DIR, WriteShards
 
 PIPELINE_VERSION = "1"
-
-
-def s3_settings(cfg: Config) -> S3Settings:
-    return S3Settings(endpoint_url=cfg.s3.endpoint_url or None, region=cfg.s3.region,
-                      access_key_id=cfg.s3.access_key_id, secret_access_key=cfg.s3.secret_access_key)
 
 
 def chunk_settings(cfg: Config, spec: ModelSpec) -> ChunkSettings:
@@ -58,7 +55,7 @@ def build_index_pipeline(p: beam.Pipeline, plan: IndexPlan, out_dir: str, cfg: C
 
     listed = (p | "ListSource" >> beam.Create(plan.to_read).with_output_types(ListedObject)
                 | "SpreadReads" >> beam.Reshuffle())
-    read = listed | "Read" >> beam.ParDo(ReadObjectsFn(s3_settings(cfg), cfg.source.max_object_bytes)
+    read = listed | "Read" >> beam.ParDo(ReadObjectsFn(settings_from_config(cfg), cfg.source.max_object_bytes)
                                          ).with_outputs(DEAD_LETTER, main="objects")
     raws = read.objects
     (raws | "SourceRows" >> beam.Map(source_row).with_output_types(dict)
@@ -87,19 +84,10 @@ def build_index_pipeline(p: beam.Pipeline, plan: IndexPlan, out_dir: str, cfg: C
      | "WriteDeadLetters" >> WriteShards(os.path.join(out_dir, DEAD_LETTERS_DIR), DEAD_LETTER_SCHEMA))
 
 
-def counters(result) -> dict[str, int]:
-    from apache_beam.metrics.metric import MetricsFilter
-
-    out: dict[str, int] = {}
-    for c in result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]:
-        out[c.key.metric.name] = out.get(c.key.metric.name, 0) + (c.committed or c.attempted or 0)
-    return out
-
-
 def current_versions(cfg: Config, spec: ModelSpec) -> dict:
     """Everything that shapes a content's rows; rows are reused only when all of it is equal."""
-    from transforms.contextualize import make_contextualizer
-    from transforms.parse import PARSER_VERSION
+    from transforms.ingest.contextualize import make_contextualizer
+    from transforms.ingest.parse import PARSER_VERSION
 
     return {"pipeline": PIPELINE_VERSION, "parser": PARSER_VERSION,
             "chunker": chunk_settings(cfg, spec).version,
@@ -107,14 +95,8 @@ def current_versions(cfg: Config, spec: ModelSpec) -> dict:
             "model": spec.namespace, "acl": [[r.prefix, list(r.groups)] for r in cfg.acl]}
 
 
-def _kill_point(name: str) -> None:
-    """Tests kill the job for real at named points (RAGBEAM_TEST_KILL_AT=name)."""
-    if os.environ.get("RAGBEAM_TEST_KILL_AT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def plan_run(cfg: Config, input_uri: str, index_dir: str, spec: ModelSpec) -> IndexPlan:
-    listed = list_objects(input_uri, s3_settings(cfg))
+    listed = list_objects(input_uri, settings_from_config(cfg))
     live = load_live(index_dir) if os.path.isdir(index_dir) else None
     return make_plan(listed, live, processing_key(current_versions(cfg, spec)), cfg.source.full_hash)
 
@@ -131,12 +113,12 @@ def describe_plan(plan: IndexPlan) -> dict:
 def dry_run(cfg: Config, input_uri: str, index_dir: str) -> str:
     """What a run would do. Objects whose size/mtime changed are read and hashed to tell a
     real change from a touch; nothing is parsed, embedded or written."""
-    from transforms.read import read_object
+    from transforms.ingest.read import read_object
 
     spec = model_spec_from_config(cfg)
     plan = plan_run(cfg, input_uri, index_dir, spec)
     live = plan.live.sources if plan.live else {}
-    client = s3_settings(cfg).client() if input_uri.startswith("s3://") else None
+    client = settings_from_config(cfg).client() if input_uri.startswith("s3://") else None
     known = set(plan.known_rep)
     added, added_known, changed, touched = [], [], [], []
     for lo in plan.to_read:
@@ -174,8 +156,8 @@ def run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool = T
 
 def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
                beam_args: Optional[list[str]], log) -> dict:
-    from pipelines.summary import reconcile, write_run_outputs
-    from pipelines.build_artifacts import build_version_artifact
+    from transforms.index.manifest import reconcile, write_run_outputs
+    from transforms.index.build import build_version_artifact
 
     started = time.monotonic()
     spec = model_spec_from_config(cfg)
@@ -193,11 +175,12 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
     log(f"ragbeam index: {len(plan.listed)} objects, {len(plan.to_read)} to read, "
         f"{len(plan.skipped)} unchanged, {len(plan.removed)} removed -> version {version} ({cfg.runner.name})")
 
+    export_to_environment(settings_from_config(cfg))  # workers resolve keys, the graph holds none
     with beam.Pipeline(options=pipeline_options(cfg, beam_args)) as p:
         build_index_pipeline(p, plan, out_dir, cfg, spec, indexed_at, cache_dir, progress=progress)
-    stats = counters(p.result)
+    stats = read_counters(p.result)
     pipeline_s = time.monotonic() - started
-    _kill_point("after_pipeline")
+    kill_point("after_pipeline")
 
     changes = write_sources_and_carry(plan, out_dir)
     if not shard_has_rows(out_dir, CHUNKS_DIR):
@@ -205,7 +188,7 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
         raise NoChunksError(f"no chunks to index from {input_uri}: {len(plan.listed)} objects, "
                             f"{dead} dead-lettered (reasons in {out_dir}/dead_letters); nothing published")
     artifact = build_version_artifact(out_dir, cfg, spec) if cfg.artifacts.build else {}
-    _kill_point("after_artifact")
+    kill_point("after_artifact")
     summary = reconcile(stats, listed=len(plan.listed), skipped=len(plan.skipped))
     summary.update(changes)
     summary.update(version=version, input=input_uri, wall_s=round(time.monotonic() - started, 2),
@@ -214,7 +197,7 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
     versions = current_versions(cfg, spec)
     write_run_outputs(out_dir, cfg, spec, summary, versions=versions, processing_key=processing_key(versions))
     # The eval gate (if configured) decides before anything becomes visible.
-    from pipelines.gate import check_gate
+    from transforms.evaluation.gate import check_gate
     gate = check_gate(cfg, out_dir, index_dir, plan.live.version_dir if plan.live else None, log=log)
     if gate is not None:
         summary["gate"] = gate
@@ -223,7 +206,7 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
         if not gate["passed"]:
             raise GateFailed(gate, summary)
     publish.publish(index_dir, version)
-    _kill_point("after_publish")
+    kill_point("after_publish")
     # Commit after success: the new vectors join the cache only now.
     summary["cache_files_added"] = commit_new_entries(publish.version_dir(index_dir, version), cache_dir, version)
     summary["pruned"] = publish.prune(index_dir, cfg.index.keep_versions)
@@ -234,7 +217,7 @@ def recover_cache_entries(index_dir: str) -> None:
     """A run killed between publishing and committing its new vectors left them in its version
     dir; they are durable and published, so they can join the cache now."""
     import glob
-    from transforms.embed_cache import NEW_ENTRIES_DIR
+    from transforms.ingest.embed_cache import NEW_ENTRIES_DIR
     for pending in sorted(glob.glob(os.path.join(index_dir, publish.VERSIONS, "*", NEW_ENTRIES_DIR))):
         version_path = os.path.dirname(pending)
         manifest = os.path.join(version_path, "manifest.json")
@@ -248,7 +231,7 @@ def recover_cache_entries(index_dir: str) -> None:
 
 def shard_has_rows(version_dir: str, table: str) -> bool:
     import pyarrow.parquet as pq
-    from transforms.shards import shard_files
+    from transforms.index.shards import shard_files
     return any(pq.read_metadata(f).num_rows for f in shard_files(version_dir, table))
 
 

@@ -38,8 +38,8 @@ class S3TestServer:
         return self._server.client()
 
     def settings(self):
-        """The same endpoint and keys as transforms.read.S3Settings."""
-        from transforms.read import S3Settings
+        """The same endpoint and keys as transforms.ingest.read.S3Settings."""
+        from transforms.common.s3 import S3Settings
         return S3Settings(endpoint_url=self.endpoint_url, region=self.region,
                           access_key_id=self.access_key, secret_access_key=self.secret_key)
 

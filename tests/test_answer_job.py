@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.answer import run_answer
-from transforms import publish
-from transforms.embed import model_spec_from_config
-from transforms.qa import IndexMismatchError, QAEngine, Question
+from transforms.index import publish
+from transforms.ingest.embed import model_spec_from_config
+from transforms.query.engine import IndexMismatchError, QAEngine, Question
 
 KNOWN = [  # question -> the key (path under the corpus root) that answers it
     ("How do I find pathnames matching a Unix shell pattern in Python?", "python/library/glob.html"),
@@ -114,9 +114,9 @@ def test_answer_job_reads_every_format_and_keeps_bad_lines(mini_index, test_conf
 
 def _answer_cmd(index_dir, qfile, out, kill_at=None):
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    env.pop("RAGBEAM_TEST_KILL_AT", None)
+    env.pop("RAGBEAM_FAULT_KILL_AT", None)
     if kill_at:
-        env["RAGBEAM_TEST_KILL_AT"] = kill_at
+        env["RAGBEAM_FAULT_KILL_AT"] = kill_at
     return subprocess.run([sys.executable, "-m", "pipelines.cli", "answer", "--quiet", "--index", str(index_dir),
                            "--questions", str(qfile), "--output", str(out)],
                           capture_output=True, text=True, env=env, timeout=600)

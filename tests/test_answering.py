@@ -10,14 +10,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from transforms.answer import (EXTRACTIVE_NOT_FOUND, GENERATOR_NOT_FOUND, SYSTEM_PROMPT,
+from transforms.query.answer import (EXTRACTIVE_NOT_FOUND, GENERATOR_NOT_FOUND, SYSTEM_PROMPT,
                                AnswerResult, BedrockClient, ExtractiveAnswerer,
                                GeneratorAnswerer, OpenAICompatibleClient, build_prompt)
-from transforms.cite import check_citations, parse_citations
-from transforms.fuse import rrf_fuse, rrf_fuse_batch
-from transforms.rerank import (NoReranker, OnnxCrossEncoderReranker, SentenceEmbeddingReranker,
+from transforms.query.cite import check_citations, parse_citations
+from transforms.query.fuse import rrf_fuse, rrf_fuse_batch
+from transforms.query.rerank import (NoReranker, OnnxCrossEncoderReranker, SentenceEmbeddingReranker,
                                VectorCache, make_reranker, relevance_logit)
-from transforms.tokens import default_tokenizer_path
+from transforms.model.tokens import default_tokenizer_path
 
 
 def cand(i, text, context, title, rank):
@@ -42,7 +42,7 @@ CHUNKS = [
 
 @pytest.fixture(scope="module")
 def embedder():
-    from transforms.embed import Embedder, default_model_spec
+    from transforms.ingest.embed import Embedder, default_model_spec
     return Embedder(default_model_spec())
 
 

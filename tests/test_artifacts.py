@@ -10,10 +10,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from transforms.artifacts import (FTS_SCHEMA, bm25_tokens, build_artifact, hnsw_recall_at_k,
+from transforms.index.bm25 import bm25_tokens
+from transforms.query.retrieve import hnsw_recall_at_k
+from transforms.index.artifacts import (FTS_SCHEMA, build_artifact,
                                   open_artifact, read_meta)
 from transforms.records import CHUNK_SCHEMA, EMBEDDING_DIM
-from transforms.retrieve import (BM25Index, DenseIndex, FilterMasks, build_filter_mask,
+from transforms.query.retrieve import (BM25Index, DenseIndex, FilterMasks, build_filter_mask,
                                  choose_dense_mode, fetch_chunks, search_hnsw)
 
 N = 300

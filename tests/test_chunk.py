@@ -1,10 +1,10 @@
 """The chunker's token budget, determinism, and the contextualizer's reserve."""
 import pytest
 
-from transforms.chunk import ChunkSettings, chunk_document
-from transforms.contextualize import contextualize, make_contextualizer
+from transforms.ingest.chunk import ChunkSettings, chunk_document
+from transforms.ingest.contextualize import contextualize, make_contextualizer
 from transforms.records import Document, Section
-from transforms.tokens import load_tokenizer
+from transforms.model.tokens import load_tokenizer
 
 TOK = load_tokenizer()
 SETTINGS = ChunkSettings()

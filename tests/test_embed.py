@@ -4,7 +4,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from transforms.embed import Embedder, ModelFileError, default_model_spec
+from transforms.ingest.embed import Embedder, ModelFileError, default_model_spec
 
 
 @pytest.fixture(scope="module")

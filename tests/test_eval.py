@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from transforms import metrics as M
+from transforms.evaluation import metrics as M
 
 # --- metrics on hand-made rankings ------------------------------------------------------
 
@@ -201,9 +201,9 @@ def test_eval_cli_end_to_end(tiny, gated, capsys):
 
 def test_gate_refuses_a_broken_version_and_keeps_the_live_one(gated):
     from pipelines.index import GateFailed, run_index
-    from transforms import publish
-    from transforms.embed import model_spec_from_config
-    from transforms.qa import QAEngine, Question
+    from transforms.index import publish
+    from transforms.ingest.embed import model_spec_from_config
+    from transforms.query.engine import QAEngine, Question
 
     cfg, source, _, index_dir, summary = gated
     assert summary["gate"]["passed"] and summary["gate"]["new"] > 0.5
@@ -229,8 +229,8 @@ def test_gate_refuses_a_broken_version_and_keeps_the_live_one(gated):
 
 def test_gate_metric_matches_the_eval_report(tiny, gated):
     from configs.schema import GateConfig
-    from pipelines.eval import gate_metric
-    from transforms import publish
+    from transforms.evaluation.evaluator import gate_metric
+    from transforms.index import publish
 
     cfg, _, report_dir, index_dir, _ = gated
     version_dir = publish.resolve_index(str(index_dir))
@@ -249,7 +249,7 @@ def test_doc_labels_by_path_for_a_folder_corpus(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipelines.eval import DocLabels
+    from transforms.evaluation.datasets import DocLabels
 
     (tmp_path / "documents").mkdir()
     rows = [{"doc_id": "d1", "key": "man/ls.1", "source_uri": "/data/docs/man/ls.1", "source_uris": ["/data/docs/man/ls.1"]},

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from pipelines.index import run_index
-from transforms import publish
-from transforms.shards import read_table
+from transforms.index import publish
+from transforms.index.shards import read_table
 
 TINY = ["man/man3/fnmatch.3", "man/man3/globfree.3", "nodejs/api/punycode.md", "git/git-version.txt",
         "records/faq.jsonl"]
@@ -91,16 +91,16 @@ def test_dry_run_changes_nothing(mini_corpus, tmp_path):
 
 def _index_cmd(src, index_dir, kill_at=None):
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    env.pop("RAGBEAM_TEST_KILL_AT", None)
+    env.pop("RAGBEAM_FAULT_KILL_AT", None)
     if kill_at:
-        env["RAGBEAM_TEST_KILL_AT"] = kill_at
+        env["RAGBEAM_FAULT_KILL_AT"] = kill_at
     return subprocess.run([sys.executable, "-m", "pipelines.cli", "index", "--quiet", "--input", str(src),
                            "--output", str(index_dir)], capture_output=True, text=True, env=env, timeout=600)
 
 
 def test_killed_runs_leave_the_live_version_answering(tmp_path, test_config):
     from tests.conftest import copy_corpus
-    from transforms.qa import QAEngine, Question
+    from transforms.query.engine import QAEngine, Question
 
     src = copy_corpus(tmp_path / "src", TINY[:3])
     index_dir = tmp_path / "index"
@@ -113,7 +113,7 @@ def test_killed_runs_leave_the_live_version_answering(tmp_path, test_config):
         assert run.returncode == -9, (stage, run.returncode, run.stderr[-2000:])
         assert publish.current_version(str(index_dir)) == live, stage
         engine = QAEngine(publish.resolve_index(str(index_dir)), test_config,
-                          __import__("transforms.embed", fromlist=["x"]).model_spec_from_config(test_config))
+                          __import__("transforms.ingest.embed", fromlist=["x"]).model_spec_from_config(test_config))
         (rec,) = engine.answer_batch([Question("q", "What does fnmatch match?")], top_k=3)
         engine.close()
         assert rec["status"] == "answered" and rec["index_version"] == live

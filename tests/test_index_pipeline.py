@@ -2,12 +2,11 @@
 import json
 import os
 
-import pyarrow.compute as pc
 import pytest
 
 from pipelines.index import run_index
-from transforms import publish
-from transforms.shards import read_table
+from transforms.index import publish
+from transforms.index.shards import read_table
 
 # Columns that legitimately differ between two runs or two locations of the same bytes.
 RUN_COLUMNS = {"indexed_at", "source_uri", "source_uris"}

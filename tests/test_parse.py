@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from transforms.parse import (PARSER_VERSION, ParseError, parse_object,
+from transforms.ingest.parse import (PARSER_VERSION, ParseError, parse_object,
                               parse_object_with_errors, sniff_format)
 from transforms.records import RawObject, sha256_hex, stable_id
 

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from transforms import publish
+from transforms.index import publish
 
 
 def stage(index_dir, name):

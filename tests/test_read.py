@@ -10,7 +10,8 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.read import (DEAD_LETTER, ListedObject, ReadObjectsFn, S3Settings, list_objects,
+from transforms.common.s3 import S3Settings
+from transforms.ingest.read import (DEAD_LETTER, ListedObject, ReadObjectsFn, list_objects,
                              read_object)
 from transforms.records import DeadLetter, RawObject
 
@@ -168,7 +169,7 @@ def test_other_schemes_go_through_beam_filesystems(s3_server, corpus, s3_corpus)
 
     from apache_beam.io.filesystems import FileSystems
 
-    from transforms.read import _list_filesystems, _read_filesystems
+    from transforms.ingest.read import _list_filesystems, _read_filesystems
     root, files = corpus
     zipped = gzip.compress(b"hello")
     s3_server.client().put_object(Bucket=BUCKET, Key="beamfs/d/x.gz", Body=zipped)

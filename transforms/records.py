@@ -15,9 +15,9 @@ from typing import Any, Optional
 import numpy as np
 import pyarrow as pa
 
+from transforms.common.text import embedding_text
+
 EMBEDDING_DIM = 384
-METRICS_NAMESPACE = "ragbeam"  # every stage's Beam counters; the summary reads this namespace
-DEAD_LETTER = "dead_letter"  # the tagged output every stage sends unprocessable input to
 
 
 def sha256_hex(data: bytes) -> str:
@@ -101,7 +101,7 @@ class Chunk:
 
     @property
     def embed_text(self) -> str:
-        return f"{self.context}\n{self.text}" if self.context else self.text
+        return embedding_text(self.context, self.text)
 
 
 @dataclass(frozen=True)

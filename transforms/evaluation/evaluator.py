@@ -1,0 +1,179 @@
+"""Scoring an index version on a dataset: the stages of the answer engine, per question.
+
+Every stage is scored at DOCUMENT level (a chunk ranking becomes a document
+ranking by first occurrence), because qrels judge documents. Retrieval goes
+deeper than the answer job (DEPTH chunks per retriever) so recall@100 means
+something; the reranker reorders only the fused head it sees in production
+(rerank.top_n) and the fused tail is kept behind it.
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import numpy as np
+
+from configs.schema import Config
+from transforms.evaluation import metrics as M
+from transforms.evaluation.datasets import Dataset, DocLabels, load_dataset, query_group, sample_ids
+from transforms.evaluation.metrics import METRICS, STAGES
+
+DEPTH = 200  # chunks per retriever; documents have several chunks, so >100 docs need more
+BATCH = 64
+
+
+class Evaluator:
+    """One index version opened through QAEngine (the same embedder, indexes and
+    reranker/answerer the answer job uses), driven stage by stage."""
+
+    def __init__(self, version_dir: str, cfg: Config, embedder=None):
+        from transforms.ingest.embed import model_spec_from_config
+        from transforms.query.engine import QAEngine
+
+        self.cfg = cfg
+        self.engine = QAEngine(version_dir, cfg, model_spec_from_config(cfg), embedder=embedder)
+        con = self.engine.con
+        self.doc_of_chunk = np.array(con.execute("SELECT doc_id FROM chunks ORDER BY chunk_no")
+                                     .fetchnumpy()["doc_id"], dtype=object)
+        self.public = self.engine.masks.get(None, None)
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def docs(self, chunk_nos) -> list:
+        return M.dedupe_first(self.doc_of_chunk[int(c)] for c in chunk_nos if c >= 0)
+
+    def run(self, texts: list[str], stages=STAGES, answer: bool = False,
+            masks: Optional[np.ndarray] = None, qvecs: Optional[np.ndarray] = None) -> list[dict]:
+        """Per question: chunk rankings per stage (chunk_nos), and with answer=True
+        the reranked head (candidate dicts) and the answerer's result."""
+        from transforms.query.fuse import rrf_fuse
+        from transforms.query.retrieve import fetch_chunks
+
+        e, rc = self.engine, self.cfg.retrieve
+        allowed = self.public if masks is None else masks
+        need = set(stages) | ({"reranked"} if answer else set())
+        if qvecs is None:
+            qvecs = e.embedder.encode(texts)
+        if e.dense_mode == "exact":
+            _, d_ids = e.dense.search(qvecs, DEPTH, allowed)
+        else:  # what the answer job uses on this index size
+            from transforms.query.retrieve import search_hnsw
+            _, d_ids = search_hnsw(e.con, qvecs, DEPTH, allowed)
+        _, b_ids = e.bm25.search(texts, DEPTH, allowed)
+        out = []
+        for j in range(len(texts)):
+            dense = [int(i) for i in d_ids[j] if i >= 0]
+            bm25 = [int(i) for i in b_ids[j] if i >= 0]
+            fused = rrf_fuse({"dense": dense, "bm25": bm25}, k=rc.rrf_k,
+                             weights={"dense": rc.dense_weight, "bm25": rc.bm25_weight})
+            out.append({"bm25": bm25, "dense": dense, "hybrid": [c for c, _ in fused], "_fused": fused,
+                        "_dense_rank": {c: r for r, c in enumerate(dense, 1)},
+                        "_bm25_rank": {c: r for r, c in enumerate(bm25, 1)}})
+        if "reranked" in need:
+            head_n = self.cfg.rerank.top_n
+            rows = fetch_chunks(e.con, sorted({c for o in out for c, _ in o["_fused"][:head_n]}))
+            by_no = {r["chunk_no"]: r for r in rows}
+            heads = []
+            for o in out:
+                cands = []
+                for rank, (c, s) in enumerate(o["_fused"][:head_n], 1):
+                    cand = dict(by_no[c])
+                    cand.update(score=float(s), rank=rank, first_stage_score=float(s),
+                                dense_rank=o["_dense_rank"].get(c), bm25_rank=o["_bm25_rank"].get(c))
+                    cands.append(cand)
+                heads.append(cands)
+            reranked = e.reranker.rerank(texts, heads, cache=e.sentence_vectors)
+            results = (e.answerer.answer(texts, reranked, cache=e.sentence_vectors) if answer
+                       else [None] * len(texts))
+            for o, head, res in zip(out, reranked, results):
+                seen = {c["chunk_no"] for c in head}
+                o["reranked"] = [c["chunk_no"] for c in head] + [c for c in o["hybrid"] if c not in seen]
+                o["head"], o["result"] = head, res
+        for o in out:
+            for k in ("_fused", "_dense_rank", "_bm25_rank"):
+                o.pop(k)
+        return out
+
+    def hnsw_recall(self, qvecs: np.ndarray, k: int = 10) -> Optional[float]:
+        """HNSW top-k vs exact top-k over the questions: the measure the artifact build stores."""
+        from transforms.query.retrieve import hnsw_recall_at_k
+        if not len(qvecs) or not self.engine.meta.get("hnsw", True):
+            return None
+        return hnsw_recall_at_k(self.engine.con, qvecs, k)
+
+
+def gate_metric(version_dir: str, cfg: Config, gate_cfg, embedder=None) -> float:
+    """Mean gate_cfg.metric of gate_cfg.stage on the golden set, for a (staged or
+    published) version dir that has index.duckdb and manifest.json."""
+    ds = load_dataset(gate_cfg.dataset)
+    ids = sample_ids(ds.queries, gate_cfg.max_questions)
+    if not ids:
+        raise ValueError(f"{gate_cfg.dataset}: no queries with relevant documents")
+    fn = M.metric_fn(gate_cfg.metric)
+    ev = Evaluator(version_dir, cfg, embedder=embedder)
+    try:
+        labels = DocLabels(version_dir, {d for q in ids for d in ds.qrels[q]})
+        scores = []
+        for i in range(0, len(ids), BATCH):
+            batch = ids[i:i + BATCH]
+            for qid, o in zip(batch, ev.run([ds.queries[q] for q in batch], stages=(gate_cfg.stage,))):
+                scores.append(fn(ev.docs(o[gate_cfg.stage]), labels.doc_qrels(ds.qrels[qid])))
+    finally:
+        ev.close()
+    return float(M.mean(scores))
+
+
+def unanswerable_masks(ev: Evaluator, labels: DocLabels, golds: list[set]) -> np.ndarray:
+    """(b, n) masks hiding each question's gold documents and every document of the
+    same group: a SQuAD paragraph id is <article>_<n>, and sibling paragraphs of the
+    gold one often hold the answer too, so the whole article goes."""
+    def group(label: str) -> str:
+        m = re.fullmatch(r"(.+)_\d+", label)
+        return m.group(1) if m else label
+    doc_group = {d: {group(l) for l in ls} for d, ls in labels.labels.items()}
+    chunk_groups = [doc_group.get(d, {d}) for d in ev.doc_of_chunk]
+    out = np.empty((len(golds), len(chunk_groups)), bool)
+    for j, gold in enumerate(golds):
+        hide = {group(g) for g in gold}
+        out[j] = ev.public & np.array([not (g & hide) for g in chunk_groups], bool)
+    return out
+
+
+def question_record(qid, text, o, u, ds: Dataset, labels: DocLabels, ev: Evaluator) -> dict:
+    """The triage of one question: retrieved? in the answer's context? used (cited)?"""
+    qrels = labels.doc_qrels(ds.qrels[qid])
+    rel = M.relevant(qrels)
+    rec = {"id": qid, "question": text, "group": query_group(qid),
+           "relevant": sorted(M.relevant(ds.qrels[qid]))}
+    ranks, per_stage = {}, {}
+    for s in STAGES:
+        docs = ev.docs(o[s])
+        ranks[s] = M.first_relevant_rank(docs, qrels)
+        per_stage[s] = {m: M.metric_fn(m)(docs, qrels) for m in METRICS}
+    head, res = o["head"], o["result"]
+    context = head[:ev.cfg.answer.top_chunks]
+    cited = [c.get("doc_id") for c in res.citations]
+    top = head[0] if head else None
+    rec.update(first_relevant_rank=ranks, metrics=per_stage,
+               in_context=any(c["doc_id"] in rel for c in context),
+               answer=res.answer, status=res.status, evidence_score=round(float(res.evidence_score), 4),
+               cited=[_label(labels, d) for d in M.dedupe_first(cited)],
+               cited_relevant=any(d in rel for d in cited) if cited else None,
+               citation_precision=M.citation_precision(cited, rel),
+               top1_relevant=bool(top and top["doc_id"] in rel),
+               top1_rerank_score=round(float(top.get("rerank_score", top["score"])), 4) if top else None,
+               top_docs=[_label(labels, d) for d in M.dedupe_first(c["doc_id"] for c in head)][:5])
+    if ds.answers.get(qid):
+        rec["gold_in_answer"] = M.contains_span(res.answer, ds.answers[qid]) if res.status == "answered" else False
+    if u is not None:
+        ur = u["result"]
+        rec["unanswerable"] = {"status": ur.status, "evidence_score": round(float(ur.evidence_score), 4),
+                               "answer": ur.answer,
+                               "gold_leaked": any(c["doc_id"] in rel for c in u["head"])}
+    return rec
+
+
+def _label(labels: DocLabels, doc_id: str) -> str:
+    ls = labels.labels.get(doc_id)
+    return sorted(ls)[0] if ls else doc_id

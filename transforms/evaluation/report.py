@@ -1,0 +1,132 @@
+"""The eval report: per-stage means, triage, answer figures; JSON, JSONL, HTML and a text table."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from transforms.evaluation import metrics as M
+from transforms.evaluation.datasets import BM25_FLOORS
+from transforms.evaluation.metrics import METRICS, RECALL_KS, STAGES
+
+def _stage_means(recs: list[dict]) -> dict:
+    return {s: {m: M.mean(r["metrics"][s][m] for r in recs) for m in METRICS} for s in STAGES}
+
+
+def summarize(per_q, ds, cfg, version_dir, version, hnsw, labels, timings, with_answers) -> dict:
+    floors = BM25_FLOORS.get(ds.name, {})
+    report = {
+        "dataset": ds.name, "index_version": version, "version_dir": version_dir,
+        "doc_ids_are": "keys (paths under the input)" if labels.by_key else "doc_ids",
+        "counts": {"queries_judged": len(ds.queries), "queries_evaluated": len(per_q),
+                   "documents": len(labels.labels)},
+        "stages": _stage_means(per_q),
+        "recall_curve": {s: {str(k): M.mean(r["metrics"][s][f"recall@{k}"] for r in per_q) for k in RECALL_KS}
+                         for s in STAGES},
+        "hnsw_recall@10": hnsw, "bm25_floor_ndcg@10": floors,
+        "config": cfg.model_dump(mode="json", exclude={"s3": True, "answer": {"api_key"}}),
+        "timings": {k: round(v, 2) for k, v in timings.items()},
+    }
+    groups = sorted({r["group"] for r in per_q if r["group"]})
+    if len(groups) > 1:
+        report["groups"] = {g: {"queries": sum(r["group"] == g for r in per_q),
+                                "stages": _stage_means([r for r in per_q if r["group"] == g])} for g in groups}
+    report["triage"] = {
+        "retrieved@100 (reranked)": M.mean((r["first_relevant_rank"]["reranked"] or 999) <= 100 for r in per_q),
+        "in_context": M.mean(r["in_context"] for r in per_q),
+        "answered": M.mean(r["status"] == "answered" for r in per_q),
+        "cited_relevant (of answered)": M.mean(bool(r["cited_relevant"]) for r in per_q if r["status"] == "answered"),
+        "citation_precision": M.mean(r["citation_precision"] for r in per_q if r["citation_precision"] is not None),
+    }
+    if ds.answers:
+        ans = [r for r in per_q if "gold_in_answer" in r]
+        report["answers"] = {
+            "questions": len(ans),
+            "gold_span_in_answer": M.mean(r["gold_in_answer"] for r in ans),
+            "gold_span_in_answer (of answered)": M.mean(r["gold_in_answer"] for r in ans if r["status"] == "answered"),
+            "not_found_on_answerable": M.mean(r["status"] == "not_found" for r in ans),
+            "threshold": cfg.answer.threshold,
+        }
+    if with_answers:
+        pos = [r["evidence_score"] for r in per_q]
+        neg = [r["unanswerable"]["evidence_score"] for r in per_q]
+        sweep = M.threshold_sweep(pos, neg)
+        report["unanswerable"] = {
+            "how": "each question asked again with its gold document and every other paragraph of the "
+                   "same article hidden (a per-question filter mask on both retrievers), so the rest of "
+                   "the corpus supplies same-domain distractors",
+            "questions": len(neg),
+            "answered (false answers)": M.mean(r["unanswerable"]["status"] == "answered" for r in per_q),
+            "not_found": M.mean(r["unanswerable"]["status"] == "not_found" for r in per_q),
+            "gold_leaked": M.mean(r["unanswerable"]["gold_leaked"] for r in per_q),
+            "auc_answerable_vs_unanswerable": M.auc(pos, neg),
+            "best_threshold": M.best_threshold(sweep),
+            "at_configured_threshold": next((s for s in sweep if abs(s["threshold"] - cfg.answer.threshold) < 1e-9),
+                                            M.threshold_sweep(pos, neg, [cfg.answer.threshold])[0]),
+            "sweep": sweep,
+            "evidence_quantiles": {"answerable": _quantiles(pos), "unanswerable": _quantiles(neg)},
+        }
+    return report
+
+
+def _quantiles(xs) -> dict:
+    if not xs:
+        return {}
+    q = np.quantile(np.asarray(xs, float), [0.1, 0.25, 0.5, 0.75, 0.9])
+    return dict(zip(("p10", "p25", "p50", "p75", "p90"), (round(float(v), 4) for v in q)))
+
+
+def write_outputs(report_dir: str, report: dict, per_q: list[dict]) -> None:
+    from transforms.evaluation.report_html import render_html
+    from transforms.common.storage import write_json
+    write_json(os.path.join(report_dir, "report.json"), _finite(report))
+    with open(os.path.join(report_dir, "per_question.jsonl"), "w", encoding="utf-8") as f:
+        for r in per_q:
+            f.write(json.dumps(_finite(r), ensure_ascii=False, default=str) + "\n")
+    with open(os.path.join(report_dir, "report.html"), "w", encoding="utf-8") as f:
+        f.write(render_html(report, per_q))
+
+
+def _finite(x):
+    """NaN (a mean of nothing) is not JSON: write null."""
+    if isinstance(x, float):
+        return x if np.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def format_table(report: dict) -> str:
+    def f(v):
+        return "   -  " if v is None or (isinstance(v, float) and not np.isfinite(v)) else f"{v:6.3f}"
+    lines = [f"dataset {report['dataset']}  index {report['index_version']}  "
+             f"{report['counts']['queries_evaluated']} queries",
+             f"{'stage':10s} " + " ".join(f"{m:>10s}" for m in METRICS)]
+    for s in STAGES:
+        lines.append(f"{s:10s} " + " ".join(f"{f(report['stages'][s][m]):>10s}" for m in METRICS))
+    for g, gs in (report.get("groups") or {}).items():
+        lines.append(f"  group {g} ({gs['queries']} queries): " + ", ".join(
+            f"{s} {f(gs['stages'][s]['ndcg@10']).strip()}" for s in STAGES) + " nDCG@10")
+    if report["bm25_floor_ndcg@10"]:
+        lines.append("BM25 floor nDCG@10 (bm25s, data README): " + ", ".join(
+            f"{k} {v:.3f}" for k, v in report["bm25_floor_ndcg@10"].items()))
+    if report.get("hnsw_recall@10") is not None:
+        lines.append(f"HNSW recall@10 vs exact: {report['hnsw_recall@10']:.3f}")
+    lines.append("triage: " + ", ".join(f"{k} {f(v).strip()}" for k, v in report["triage"].items()))
+    if "answers" in report:
+        lines.append("answers: " + ", ".join(f"{k} {f(v).strip()}" for k, v in report["answers"].items()))
+    if "unanswerable" in report:
+        u = report["unanswerable"]
+        b, c = u["best_threshold"], u["at_configured_threshold"]
+        lines.append(f"unanswerable: false answers {f(u['answered (false answers)']).strip()}, "
+                     f"AUC {f(u['auc_answerable_vs_unanswerable']).strip()}; at threshold {c['threshold']:.2f}: "
+                     f"answers {c['answered_answerable']:.3f} of answerable, refuses {c['refused_unanswerable']:.3f} "
+                     f"of unanswerable; best threshold {b['threshold']:.2f} (balanced accuracy "
+                     f"{b['balanced_accuracy']:.3f}: {b['answered_answerable']:.3f} / {b['refused_unanswerable']:.3f})")
+        q = u["evidence_quantiles"]
+        lines.append(f"evidence_score quantiles: answerable {q['answerable']}; unanswerable {q['unanswerable']}")
+    lines.append("timings: " + ", ".join(f"{k} {v}" for k, v in report["timings"].items()))
+    return "\n".join(lines)

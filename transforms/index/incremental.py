@@ -1,0 +1,212 @@
+"""Incremental re-indexing by content hash: plan, then carry unchanged rows over.
+
+The live version's `sources` table says, per path, its size, mtime and content
+hash. A new run reads only paths that are new or whose size/mtime changed (or
+everything with `source.full_hash`). A content is *carried* - its document,
+chunk and dead-letter rows copied into the new version without parsing or
+embedding - when the live version already holds it, it is processed by the same
+versions (parser, chunker settings, contextualizer, model, ACL rules), and its
+representative path (the smallest key among its copies) is the same; then only
+the list of paths it is found under changes. Anything else is processed anew
+(vectors still come from the embedding cache when the text did not change).
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from transforms.index import publish
+from transforms.ingest.read import ListedObject
+from transforms.records import CHUNK_SCHEMA, DEAD_LETTER_SCHEMA, DOCUMENT_SCHEMA, SOURCE_SCHEMA
+from transforms.index.shards import CHUNKS_DIR, DEAD_LETTERS_DIR, DOCUMENTS_DIR, read_table, shard_files
+
+SOURCES_DIR = "sources"
+SOURCES_READ_DIR = "sources_read"  # written by the pipeline: every object it read, with its hash
+CARRIED_FILE = "carried-00000-of-00001.parquet"
+
+
+def processing_key(versions: dict) -> str:
+    """One digest of everything that shapes a content's rows; equal keys mean rows can be reused."""
+    return hashlib.sha256(json.dumps(versions, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class LiveIndex:
+    version_dir: str
+    manifest: dict
+    sources: dict[str, dict]  # uri -> SOURCE_SCHEMA row (live paths only)
+    tombstones: list[dict]
+    known_hashes: set[str]  # contents with rows (documents or dead letters) in the live version
+
+
+def load_live(index_dir: str) -> Optional[LiveIndex]:
+    name = publish.current_version(index_dir)
+    if name is None:
+        return None
+    vdir = publish.version_dir(index_dir, name)
+    with open(os.path.join(vdir, "manifest.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    if not shard_files(vdir, SOURCES_DIR):
+        return None  # a version without a sources table cannot be compared against
+    rows = read_table(vdir, SOURCES_DIR).to_pylist()
+    known = set(read_table(vdir, DOCUMENTS_DIR, ["source_hash"]).column("source_hash").to_pylist())
+    known |= {h for h in read_table(vdir, DEAD_LETTERS_DIR, ["content_hash"]).column("content_hash").to_pylist() if h}
+    return LiveIndex(vdir, manifest, {r["uri"]: r for r in rows if r["status"] == "live"},
+                     [r for r in rows if r["status"] != "live"], known)
+
+
+@dataclass
+class Plan:
+    listed: list[ListedObject]
+    to_read: list[ListedObject]
+    skipped: dict[str, tuple[ListedObject, str]]  # uri -> (listing, hash known from the live version)
+    removed: list[str]
+    known_rep: dict[str, str] = field(default_factory=dict)  # hash -> live representative key
+    live: Optional[LiveIndex] = None
+
+    def extra_copies(self) -> dict[str, list[tuple[str, str, int, float]]]:
+        """Unread copies by hash, (uri, key, size, mtime): dedupe needs every copy to pick a representative."""
+        out: dict[str, list] = {}
+        for uri, (lo, h) in self.skipped.items():
+            out.setdefault(h, []).append((lo.uri, lo.key, lo.size, lo.mtime))
+        return out
+
+
+def representative(copies: Iterable[tuple]) -> tuple:
+    """The copy with the smallest (key, uri): copies are (uri, key, ...) tuples."""
+    return min(copies, key=lambda c: (c[1], c[0]))
+
+
+def is_carried(content_hash: str, copies: list[tuple], known_rep: dict[str, str]) -> bool:
+    return content_hash in known_rep and representative(copies)[1] == known_rep[content_hash]
+
+
+def make_plan(listed: list[ListedObject], live: Optional[LiveIndex], current_key: str,
+              full_hash: bool = False) -> Plan:
+    if live is None:
+        return Plan(listed, list(listed), {}, [], {}, None)
+    same_versions = live.manifest.get("processing_key") == current_key
+    skipped: dict[str, tuple[ListedObject, str]] = {}
+    to_read: list[ListedObject] = []
+    for lo in listed:
+        row = live.sources.get(lo.uri)
+        if (same_versions and not full_hash and row is not None and row["size"] == lo.size
+                and row["mtime"] == lo.mtime and row["key"] == lo.key):
+            skipped[lo.uri] = (lo, row["content_hash"])
+        else:
+            to_read.append(lo)
+    known_rep: dict[str, str] = {}
+    if same_versions:
+        by_hash: dict[str, list[tuple]] = {}
+        for r in live.sources.values():
+            by_hash.setdefault(r["content_hash"], []).append((r["uri"], r["key"]))
+        known_rep = {h: representative(c)[1] for h, c in by_hash.items() if h in live.known_hashes}
+    # A content whose live representative is gone or changed needs its bytes: read one copy.
+    listed_uris = {lo.uri for lo in listed}
+    groups: dict[str, list[ListedObject]] = {}
+    for uri, (lo, h) in skipped.items():
+        groups.setdefault(h, []).append(lo)
+    for h, los in groups.items():
+        rep_key = known_rep.get(h)
+        if rep_key is None or rep_key not in {lo.key for lo in los}:
+            first = min(los, key=lambda lo: (lo.key, lo.uri))
+            del skipped[first.uri]
+            to_read.append(first)
+    removed = sorted(set(live.sources) - listed_uris)
+    return Plan(listed, to_read, skipped, removed, known_rep, live)
+
+
+def _copies_by_hash(plan: Plan, read_rows: list[dict]) -> dict[str, list[tuple]]:
+    out: dict[str, list[tuple]] = {}
+    for uri, (lo, h) in plan.skipped.items():
+        out.setdefault(h, []).append((lo.uri, lo.key, lo.size, lo.mtime))
+    for r in read_rows:
+        out.setdefault(r["content_hash"], []).append((r["uri"], r["key"], r["size"], r["mtime"]))
+    return out
+
+
+def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = None) -> dict:
+    """After the pipeline: the new sources table, and carried rows copied into out_dir.
+
+    Returns counts: added, changed, removed, unchanged, carried_documents, carried_chunks.
+    """
+    today = today or datetime.date.today().isoformat()
+    read_files = shard_files(out_dir, SOURCES_READ_DIR)
+    read_rows = read_table(out_dir, SOURCES_READ_DIR).to_pylist() if read_files else []
+    copies = _copies_by_hash(plan, read_rows)
+    live = plan.live
+    live_sources = live.sources if live else {}
+
+    # sources: every current path, plus tombstones of paths that disappeared
+    rows = [{"uri": c[0], "key": c[1], "size": c[2], "mtime": c[3], "content_hash": h, "status": "live",
+             "tombstoned_at": None} for h, cs in copies.items() for c in cs]
+    current = {r["uri"] for r in rows}
+    tombstones = [t for t in (live.tombstones if live else []) if t["uri"] not in current]
+    tombstones += [{**live_sources[u], "status": "tombstoned", "tombstoned_at": today} for u in plan.removed]
+    os.makedirs(os.path.join(out_dir, SOURCES_DIR), exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(sorted(rows + tombstones, key=lambda r: r["uri"]), SOURCE_SCHEMA),
+                   os.path.join(out_dir, SOURCES_DIR, "sources.parquet"), compression="zstd")
+    for f in read_files:
+        os.remove(f)
+
+    counts = {"added": sum(1 for r in rows if r["uri"] not in live_sources),
+              "changed": sum(1 for r in read_rows if r["uri"] in live_sources
+                             and live_sources[r["uri"]]["content_hash"] != r["content_hash"]),
+              "removed": len(plan.removed),
+              "carried_documents": 0, "carried_chunks": 0}
+    counts["unchanged"] = len(rows) - counts["added"] - counts["changed"]
+    if live is None:
+        return counts
+
+    carried = {h for h, cs in copies.items() if is_carried(h, cs, plan.known_rep)}
+    if not carried:
+        return counts
+    uris_of = {h: sorted(c[0] for c in copies[h]) for h in carried}
+    rep_of = {h: representative(copies[h]) for h in carried}
+
+    docs = read_table(live.version_dir, DOCUMENTS_DIR)
+    docs = docs.filter(pc.is_in(docs.column("source_hash"), pa.array(sorted(carried))))
+    # A record repeated verbatim in a re-processed file is already in the new rows: keep one.
+    fresh = shard_files(out_dir, DOCUMENTS_DIR)
+    if fresh:
+        fresh_hashes = pa.concat_arrays([pq.read_table(f, columns=["content_hash"]).column(0).combine_chunks()
+                                         for f in fresh])
+        docs = docs.filter(pc.invert(pc.is_in(docs.column("content_hash"), fresh_hashes)))
+    hashes = docs.column("source_hash").to_pylist()
+    docs = docs.set_column(docs.schema.get_field_index("source_uris"), "source_uris",
+                           pa.array([uris_of[h] for h in hashes], pa.list_(pa.string())))
+    # the representative's size/mtime as listed now (its bytes are the same)
+    docs = docs.set_column(docs.schema.get_field_index("mtime"), "mtime",
+                           pa.array([float(rep_of[h][3]) for h in hashes], pa.float64()))
+    _write(docs.cast(DOCUMENT_SCHEMA), out_dir, DOCUMENTS_DIR)
+    counts["carried_documents"] = docs.num_rows
+
+    uris_by_doc = {(d, c): uris_of[h] for d, c, h in zip(docs.column("doc_id").to_pylist(),
+                                                        docs.column("content_hash").to_pylist(), hashes)}
+    chunks = read_table(live.version_dir, CHUNKS_DIR)
+    pairs = list(zip(chunks.column("doc_id").to_pylist(), chunks.column("content_hash").to_pylist()))
+    keep = pa.array([p in uris_by_doc for p in pairs])
+    chunks = chunks.filter(keep)
+    kept_pairs = [p for p in pairs if p in uris_by_doc]
+    chunks = chunks.set_column(chunks.schema.get_field_index("source_uris"), "source_uris",
+                               pa.array([uris_by_doc[p] for p in kept_pairs], pa.list_(pa.string())))
+    _write(chunks.cast(CHUNK_SCHEMA), out_dir, CHUNKS_DIR)
+    counts["carried_chunks"] = chunks.num_rows
+
+    dead = read_table(live.version_dir, DEAD_LETTERS_DIR)
+    dead = dead.filter(pc.is_in(dead.column("content_hash"), pa.array(sorted(carried))))
+    _write(dead.cast(DEAD_LETTER_SCHEMA), out_dir, DEAD_LETTERS_DIR)
+    return counts
+
+
+def _write(table: pa.Table, out_dir: str, name: str) -> None:
+    if table.num_rows:
+        pq.write_table(table, os.path.join(out_dir, name, CARRIED_FILE), compression="zstd")

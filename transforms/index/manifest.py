@@ -1,0 +1,76 @@
+"""Run summary and manifest: counts that reconcile, written beside the version."""
+from __future__ import annotations
+
+import os
+import platform
+
+from configs.schema import Config
+from transforms.common import storage
+from transforms.ingest.embed import ModelSpec, POOLING
+
+
+def reconcile(counters: dict[str, int], listed: int, skipped: int = 0) -> dict:
+    """listed = unchanged (not re-read) + read; read = parsed + duplicates + carried + dead-lettered."""
+    c = lambda k: int(counters.get(k, 0))  # noqa: E731
+    dead_objects = c("read_errors") + c("dead_lettered_parse")
+    summary = {
+        "listed": listed,
+        "unchanged_not_read": skipped,
+        "read": c("read_objects") + c("read_errors"),
+        "carried_read": c("carried_objects"),
+        "unique": c("unique_objects"),
+        "duplicates": c("duplicate_objects"),
+        "parsed": c("parsed_objects"),
+        "dead_lettered": dead_objects,
+        "dead_lettered_lines": c("dead_lettered_lines"),
+        "documents": c("documents") - c("duplicate_documents"),
+        "duplicate_documents": c("duplicate_documents"),  # JSONL records repeated verbatim across files
+        "dead_lettered_documents": c("dead_lettered_chunk"),
+        "chunks": c("chunks"),
+        "embedded": c("embedded"),
+        "cache_hits": c("cache_hits"),
+        "bytes_read": c("read_bytes"),
+    }
+    summary["balanced"] = (summary["read"] + skipped == listed
+                           and summary["read"] == summary["parsed"] + summary["duplicates"]
+                           + summary["carried_read"] + dead_objects)
+    return summary
+
+
+def write_run_outputs(version_dir: str, cfg: Config, spec: ModelSpec, summary: dict,
+                      versions: dict, processing_key: str) -> None:
+    manifest = {
+        "version": summary["version"],
+        "model": {"id": spec.model_id, "sha256": spec.model_sha256, "pooling": POOLING,
+                  "max_length": spec.max_length, "namespace": spec.namespace},
+        "versions": versions,
+        "processing_key": processing_key,
+        "config": cfg.model_dump(mode="json", exclude={"s3": True, "answer": {"api_key"}}),  # never write secrets
+        "counts": {k: summary[k] for k in ("documents", "chunks", "dead_lettered", "duplicates")},
+        "artifact": summary.get("artifact", {}),
+        "python": platform.python_version(),
+    }
+    storage.write_json(os.path.join(version_dir, "manifest.json"), manifest)
+    storage.write_json(os.path.join(version_dir, "summary.json"), summary)
+
+
+def format_summary(s: dict) -> str:
+    rate = s["embedded"] / s["pipeline_s"] if s.get("pipeline_s") else 0.0
+    docs_rate = s["parsed"] / s["pipeline_s"] if s.get("pipeline_s") else 0.0
+    a = s.get("artifact") or {}
+    lines = [
+        f"version      {s['version']}  (input {s['input']})",
+        f"objects      listed {s['listed']} = unchanged {s['unchanged_not_read']} + read {s['read']};"
+        f" read = parsed {s['parsed']} + duplicates {s['duplicates']} + carried {s['carried_read']}"
+        f" + dead-lettered {s['dead_lettered']}   [{'ok' if s['balanced'] else 'DOES NOT RECONCILE'}]",
+        f"changes      added {s.get('added', 0)}, changed {s.get('changed', 0)}, removed {s.get('removed', 0)},"
+        f" carried over {s.get('carried_documents', 0)} documents / {s.get('carried_chunks', 0)} chunks",
+        f"documents    {s['documents']}  (bad JSONL lines dead-lettered: {s['dead_lettered_lines']})",
+        f"chunks       {s['chunks']} chunked, {s['embedded']} embedded, {s['cache_hits']} from the embedding cache",
+        f"time         {s['wall_s']:.1f} s wall, pipeline {s['pipeline_s']:.1f} s"
+        f"  ({docs_rate:.1f} objects/s, {rate:.1f} chunks/s)",
+    ]
+    if a:
+        lines.append(f"artifact     {a.get('rows')} rows, build {a.get('build_s')} s,"
+                     f" HNSW recall@10 vs exact {a.get('hnsw_recall_at_10')}")
+    return "\n".join(lines)

@@ -1,0 +1,115 @@
+"""Index versions: staged, published by one atomic pointer switch, pruned.
+
+INDEX/CURRENT names the live version; INDEX/versions/<v>/ holds a complete
+version; INDEX/staging/<v>/ is work in progress that readers never look at.
+A version becomes visible only by os.replace of CURRENT, after its files are
+written and fsynced, so readers always see one complete version.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import os
+import secrets
+import shutil
+from typing import Optional
+
+from transforms.common import storage
+
+CURRENT = "CURRENT"
+VERSIONS = "versions"
+STAGING = "staging"
+
+
+def new_version_name(now: Optional[datetime.datetime] = None) -> str:
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def staging_dir(index_dir: str, version: str) -> str:
+    return os.path.join(index_dir, STAGING, version)
+
+
+def version_dir(index_dir: str, version: str) -> str:
+    return os.path.join(index_dir, VERSIONS, version)
+
+
+def current_version(index_dir: str) -> Optional[str]:
+    try:
+        with open(os.path.join(index_dir, CURRENT), encoding="utf-8") as f:
+            name = f.read().strip()
+    except FileNotFoundError:
+        return None
+    return name if name and os.path.isdir(version_dir(index_dir, name)) else None
+
+
+def resolve_index(path: str) -> str:
+    """An index dir (follows CURRENT) or a version dir -> the version dir to read."""
+    if os.path.exists(os.path.join(path, CURRENT)):
+        name = current_version(path)
+        if name is None:
+            raise FileNotFoundError(f"{path}: CURRENT names no complete version")
+        return version_dir(path, name)
+    if os.path.exists(os.path.join(path, "manifest.json")):
+        return path
+    raise FileNotFoundError(f"{path}: not an index (no CURRENT) nor an index version (no manifest.json)")
+
+
+def _fsync_tree(path: str) -> None:
+    for root, _, files in os.walk(path):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                os.fsync(f.fileno())
+        fd = os.open(root, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def publish(index_dir: str, version: str) -> str:
+    """Move a finished staging dir into versions/ and switch CURRENT to it."""
+    src = staging_dir(index_dir, version)
+    dst = version_dir(index_dir, version)
+    _fsync_tree(src)
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    os.rename(src, dst)
+    storage.write_text(os.path.join(index_dir, CURRENT), version + "\n")  # the one atomic switch
+    return dst
+
+
+def prune(index_dir: str, keep: int) -> list[str]:
+    """Delete all but the newest `keep` versions (never the live one) and stale staging dirs."""
+    live = current_version(index_dir)
+    removed = []
+    versions_root = os.path.join(index_dir, VERSIONS)
+    names = sorted(os.listdir(versions_root)) if os.path.isdir(versions_root) else []
+    for name in names[:-keep] if keep < len(names) else []:
+        if name != live:
+            shutil.rmtree(os.path.join(versions_root, name), ignore_errors=True)
+            removed.append(name)
+    return removed
+
+
+class IndexBusyError(RuntimeError):
+    pass
+
+
+@contextlib.contextmanager
+def index_lock(index_dir: str):
+    """An exclusive lock on INDEX/.lock for a whole run: two runs never share a staging dir."""
+    fd = os.open(os.path.join(index_dir, ".lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise IndexBusyError(f"{index_dir} is being indexed by another run (lock {index_dir}/.lock)") from None
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock, also when the process is killed
+
+
+def clear_staging(index_dir: str) -> None:
+    """Left-overs of killed runs: never visible, safe to drop before a new run."""
+    shutil.rmtree(os.path.join(index_dir, STAGING), ignore_errors=True)

@@ -1,0 +1,181 @@
+"""Chunking by structure within a budget of model tokens.
+
+Sections (headings) are never mixed in one chunk; inside a section paragraphs
+are packed greedily, a paragraph too long for the budget is cut at sentences,
+and a sentence too long is cut at word pieces. Every chunk's text fits in
+`text_budget` tokens, which leaves room for the context prefix and the special
+tokens, so chunk + context never exceed the model's input limit.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tokenizers import Tokenizer
+
+from transforms.records import Chunk, Document, stable_id
+from transforms.common.sentences import split_sentences
+from transforms.model.tokens import SPECIAL_TOKENS, count_tokens
+
+CHUNKER_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class ChunkSettings:
+    model_max_tokens: int = 256  # the embedding model's input limit, special tokens included
+    chunk_tokens: int = 200  # target size of a chunk's own text
+    overlap_tokens: int = 32  # text carried from the previous chunk of the same section
+    context_tokens: int = 40  # reserved for the contextualizer's prefix
+
+    @property
+    def text_budget(self) -> int:
+        return min(self.chunk_tokens, self.model_max_tokens - SPECIAL_TOKENS - self.context_tokens)
+
+    @property
+    def version(self) -> str:
+        """Goes into chunk ids: other settings produce other chunks, so other ids."""
+        return (f"{CHUNKER_VERSION}:{self.model_max_tokens}:{self.chunk_tokens}:"
+                f"{self.overlap_tokens}:{self.context_tokens}")
+
+
+@dataclass
+class _Unit:
+    text: str
+    tokens: int
+    joiner: str  # what joins this unit to the one before it
+
+
+def _hard_split(tokenizer: Tokenizer, text: str, budget: int) -> list[str]:
+    """Cut text at word-piece boundaries into pieces of at most `budget` tokens."""
+    enc = tokenizer.encode(text, add_special_tokens=False)
+    pieces, offsets = [], enc.offsets
+    for start in range(0, len(offsets), budget):
+        window = offsets[start:start + budget]
+        begin = window[0][0]
+        end = offsets[start + budget][0] if start + budget < len(offsets) else len(text)
+        piece = text[begin:end].strip()
+        if piece:
+            pieces.append(piece)
+    return pieces
+
+
+def _units(tokenizer: Tokenizer, text: str, budget: int) -> list[_Unit]:
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    counts = count_tokens(tokenizer, paragraphs)
+    units: list[_Unit] = []
+    for para, n in zip(paragraphs, counts):
+        if n <= budget:
+            units.append(_Unit(para, n, "\n\n"))
+            continue
+        sentences = split_sentences(para) if "\n" not in para.strip() else [
+            s for line in para.split("\n") for s in split_sentences(line)]
+        joiner = "\n\n"
+        for sent, m in zip(sentences, count_tokens(tokenizer, sentences)):
+            if m <= budget:
+                units.append(_Unit(sent, m, joiner))
+            else:
+                for piece in _hard_split(tokenizer, sent, budget):
+                    units.append(_Unit(piece, count_tokens(tokenizer, [piece])[0], joiner))
+                    joiner = " "
+            joiner = " "
+    return units
+
+
+def _pack(units: list[_Unit], budget: int, overlap: int) -> list[list[_Unit]]:
+    chunks: list[list[_Unit]] = []
+    current: list[_Unit] = []
+    size = 0
+    for unit in units:
+        if current and size + unit.tokens > budget:
+            chunks.append(current)
+            carried: list[_Unit] = []
+            carried_size = 0
+            for prev in reversed(current):  # overlap: the tail of the previous chunk
+                if carried_size + prev.tokens > overlap or carried_size + prev.tokens + unit.tokens > budget:
+                    break
+                carried.insert(0, prev)
+                carried_size += prev.tokens
+            current, size = carried, carried_size
+        current.append(unit)
+        size += unit.tokens
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _join(units: list[_Unit]) -> str:
+    return "".join((u.joiner if i else "") + u.text for i, u in enumerate(units))
+
+
+def chunk_document(doc: Document, tokenizer: Tokenizer, settings: ChunkSettings) -> list[Chunk]:
+    """Document -> Chunks with deterministic ids; `context` is left for the contextualizer."""
+    budget = settings.text_budget
+    if budget <= 0:
+        raise ValueError("chunk budget is empty: context_tokens too large for the model limit")
+    version = settings.version
+    chunks: list[Chunk] = []
+    for section in doc.sections:
+        for group in _pack(_units(tokenizer, section.text, budget), budget, settings.overlap_tokens):
+            text = _join(group)
+            n = count_tokens(tokenizer, [text])[0]
+            # Joining can merge word pieces differently at the seams; re-cut if so.
+            pieces = [(text, n)] if n <= budget else [
+                (t, count_tokens(tokenizer, [t])[0]) for t in _hard_split(tokenizer, text, budget)]
+            for t, n_text in pieces:
+                ordinal = len(chunks)
+                chunks.append(Chunk(
+                    chunk_id=stable_id(doc.content_hash, version, str(ordinal)),
+                    doc_id=doc.doc_id,
+                    content_hash=doc.content_hash,
+                    ordinal=ordinal,
+                    text=t,
+                    context="",
+                    title=doc.title,
+                    heading_path=list(section.heading_path),
+                    page=section.page,
+                    source_uri=doc.source_uri,
+                    source_uris=list(doc.source_uris or [doc.source_uri]),
+                    acl=list(doc.acl),
+                    metadata=dict(doc.metadata),
+                    n_tokens=n_text + SPECIAL_TOKENS,
+                    chunker_version=version,
+                ))
+    return chunks
+
+
+# --- Beam wrapper -------------------------------------------------------------------
+
+import apache_beam as beam  # noqa: E402
+from apache_beam.metrics import Metrics  # noqa: E402
+
+from transforms.common.counters import DEAD_LETTER, NAMESPACE as METRICS_NAMESPACE  # noqa: E402
+from transforms.records import DeadLetter, document_row  # noqa: E402
+
+DOCUMENTS = "documents"
+
+
+class ChunkFn(beam.DoFn):
+    """Document -> one list of its Chunks (main output) and its documents-table row (DOCUMENTS)."""
+
+    def __init__(self, settings: ChunkSettings, tokenizer_path: str | None = None):
+        self.settings = settings
+        self.tokenizer_path = tokenizer_path
+        self.chunks_counter = Metrics.counter(METRICS_NAMESPACE, "chunks")
+        self.failed = Metrics.counter(METRICS_NAMESPACE, "dead_lettered_chunk")
+
+    def setup(self):
+        from transforms.model.tokens import load_tokenizer
+        self.tokenizer = load_tokenizer(self.tokenizer_path)
+
+    def process(self, doc: Document):
+        try:
+            chunks = chunk_document(doc, self.tokenizer, self.settings)
+        except Exception as e:  # keep the job going; the document is accounted for
+            self.failed.inc()
+            yield beam.pvalue.TaggedOutput(
+                DEAD_LETTER, DeadLetter(doc.source_uri, doc.content_hash, "chunk", f"{type(e).__name__}: {e}"))
+            return
+        self.chunks_counter.inc(len(chunks))
+        yield beam.pvalue.TaggedOutput(DOCUMENTS, document_row(doc, len(chunks)))
+        if chunks:
+            yield chunks

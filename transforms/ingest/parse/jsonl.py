@@ -1,0 +1,65 @@
+"""JSONL records -> one Document per line; bad lines are reported, not fatal."""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from transforms.ingest.parse.base import ParseError, make_document, norm_lines
+from transforms.records import Document, RawObject, Section, sha256_hex
+
+_RESERVED = {"id", "_id", "title", "text", "acl"}
+
+
+def _record(raw: RawObject, line: bytes, source_uris: Optional[list[str]]) -> Document:
+    try:
+        rec = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ParseError(f"invalid JSON: {e.msg if hasattr(e, 'msg') else e}") from e
+    if not isinstance(rec, dict):
+        raise ParseError(f"not a JSON object: {type(rec).__name__}")
+    rid = rec.get("id", rec.get("_id"))
+    if rid is None or (isinstance(rid, str) and not rid.strip()) or isinstance(rid, (dict, list)):
+        raise ParseError("missing id")
+    text = rec.get("text")
+    if not isinstance(text, str):
+        raise ParseError("missing text" if text is None else "text is not a string")
+    if not text.strip():
+        raise ParseError("no text extracted")
+    acl = rec.get("acl") or []
+    if not isinstance(acl, list) or not all(isinstance(a, str) for a in acl):
+        raise ParseError("acl must be a list of strings")
+    title = rec.get("title")
+    title = str(title).strip() if title not in (None, "") else str(rid)
+    meta = {k: v for k, v in rec.items() if k not in _RESERVED}
+    # Paragraph structure is kept; whitespace inside paragraphs is normalised.
+    paras = [norm_lines(p) for p in text.replace("\r\n", "\n").split("\n\n")]
+    body = "\n\n".join(p for p in paras if p)
+    return make_document(raw, "jsonl", title, [Section([], body)], source_uris, meta,
+                         doc_id=str(rid), content_hash=sha256_hex(line), acl=acl)
+
+
+def parse_jsonl(raw: RawObject, source_uris: Optional[list[str]] = None
+                ) -> tuple[list[Document], list[str]]:
+    """(documents, per-line problems such as "line 7: missing id")."""
+    docs: list[Document] = []
+    errors: list[str] = []
+    seen: dict[str, int] = {}
+    data = raw.data[3:] if raw.data.startswith(b"\xef\xbb\xbf") else raw.data
+    for n, line in enumerate(data.split(b"\n"), start=1):
+        line = line.rstrip(b"\r")
+        if not line.strip():
+            continue
+        try:
+            doc = _record(raw, line, source_uris)
+        except ParseError as e:
+            errors.append(f"line {n}: {e}")
+            continue
+        except Exception as e:  # never let one odd record sink the file
+            errors.append(f"line {n}: {type(e).__name__}: {e}")
+            continue
+        if doc.doc_id in seen:
+            errors.append(f"line {n}: duplicate id {doc.doc_id!r} (first on line {seen[doc.doc_id]})")
+            continue
+        seen[doc.doc_id] = n
+        docs.append(doc)
+    return docs, errors

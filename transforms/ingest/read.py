@@ -1,0 +1,218 @@
+"""The read stage: list the objects under an input root, then read each one's bytes.
+
+Sources: a local folder or file, `s3://bucket/prefix` (boto3), and any other scheme
+Beam's FileSystems knows (gs://, ...). Listing runs in the driver (the planner needs
+it); reading runs in the pipeline, one boto3 client per DoFn instance. Beam's own S3
+filesystem builds a client per call (0.1-0.6 s each: 728 s for 2,000 small objects,
+against 22-33 s with a reused client).
+
+One rule for every source: keys are '/'-separated paths under the root, and any
+path with a component starting with '.' (.git/, .DS_Store) is skipped, so a local
+folder and its copy in a bucket list the same keys.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import stat
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Optional
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from transforms.common.counters import DEAD_LETTER, NAMESPACE
+from transforms.common.s3 import S3Settings, scheme as _scheme, split_s3_uri as _split_s3
+from transforms.records import DeadLetter, RawObject
+
+CHUNK_BYTES = 1 << 20
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ListedObject:
+    uri: str
+    key: str  # path under the input root, '/'-separated, no leading slash
+    size: int
+    mtime: float  # seconds since the epoch
+
+
+def _hidden(key: str) -> bool:
+    return any(part.startswith(".") for part in key.split("/"))
+
+
+# --- listing -----------------------------------------------------------------------
+
+def list_objects(input_uri: str, s3: Optional[S3Settings] = None) -> list[ListedObject]:
+    """Every object under input_uri (a folder/prefix, or one object), sorted by key."""
+    scheme = _scheme(input_uri)
+    if scheme == "s3":
+        found = _list_s3(input_uri, (s3 or S3Settings()).client())
+    elif scheme in ("", "file"):
+        found = _list_local(input_uri[len("file://"):] if scheme else input_uri)
+    else:
+        found = _list_filesystems(input_uri)
+    return sorted(found, key=lambda o: o.key)
+
+
+def _list_local(path: str) -> Iterator[ListedObject]:
+    root = os.path.abspath(path)
+    if os.path.isfile(root):
+        st = os.stat(root)
+        yield ListedObject(root, os.path.basename(root), st.st_size, st.st_mtime)
+        return
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"input not found: {path}")
+    seen: set[tuple[int, int]] = set()  # (dev, inode) of visited dirs: symlink loops end here
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        st = os.stat(dirpath)
+        if (st.st_dev, st.st_ino) in seen:
+            dirnames[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if name.startswith("."):
+                continue
+            full = os.path.join(dirpath, name)
+            try:
+                fst = os.stat(full)
+            except OSError as e:  # e.g. a dangling symlink
+                log.warning("skipping %s: %s", full, e)
+                continue
+            if not stat.S_ISREG(fst.st_mode):  # a FIFO or socket would block or fail the read
+                continue
+            key = os.path.relpath(full, root).replace(os.sep, "/")
+            yield ListedObject(full, key, fst.st_size, fst.st_mtime)
+
+
+def _list_s3(uri: str, client) -> list[ListedObject]:
+    bucket, prefix = _split_s3(uri)
+    folder = prefix if not prefix or prefix.endswith("/") else prefix + "/"
+    out = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=folder):
+        for o in page.get("Contents", []):
+            key = o["Key"]
+            rel = key[len(folder):]
+            if key.endswith("/") or not rel or _hidden(rel):  # "dir/" markers hold no content
+                continue
+            out.append(ListedObject(f"s3://{bucket}/{key}", rel, int(o["Size"]),
+                                    o["LastModified"].timestamp()))
+    if not out and prefix and not prefix.endswith("/"):
+        out = _head_s3(client, bucket, prefix)  # s3://bucket/path/to/one-object
+    return out
+
+
+def _head_s3(client, bucket: str, key: str) -> list[ListedObject]:
+    from botocore.exceptions import ClientError
+    try:
+        h = client.head_object(Bucket=bucket, Key=key)
+    except ClientError as e:
+        if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return []
+        raise
+    return [ListedObject(f"s3://{bucket}/{key}", key.rsplit("/", 1)[-1],
+                         int(h["ContentLength"]), h["LastModified"].timestamp())]
+
+
+def _list_filesystems(uri: str) -> list[ListedObject]:
+    from apache_beam.io.filesystems import FileSystems
+    root = uri.rstrip("/")
+    metas = FileSystems.match([root + "/**"])[0].metadata_list
+    if not metas:  # maybe uri names one object
+        metas = FileSystems.match([root])[0].metadata_list
+        return [ListedObject(m.path, m.path.rsplit("/", 1)[-1], m.size_in_bytes,
+                             m.last_updated_in_seconds) for m in metas]
+    out = []
+    for m in metas:
+        rel = m.path[len(root):].lstrip("/")
+        if rel and not rel.endswith("/") and not _hidden(rel):
+            out.append(ListedObject(m.path, rel, m.size_in_bytes, m.last_updated_in_seconds))
+    return out
+
+
+# --- reading -----------------------------------------------------------------------
+
+def _drain(listed: ListedObject, chunks: Iterable[bytes],
+           max_bytes: Optional[int] = None) -> RawObject:
+    """Hash while the bytes arrive (no second pass over a large object)."""
+    h, parts, n = hashlib.sha256(), [], 0
+    for c in chunks:
+        h.update(c)
+        parts.append(c)
+        n += len(c)
+        if max_bytes is not None and n > max_bytes:
+            raise ValueError(f"object larger than max_object_bytes={max_bytes}")
+    data = b"".join(parts)
+    return RawObject(uri=listed.uri, key=listed.key, data=data, size=n, mtime=listed.mtime,
+                     content_hash=h.hexdigest())
+
+
+def _file_chunks(f) -> Iterator[bytes]:
+    return iter(lambda: f.read(CHUNK_BYTES), b"")
+
+
+def read_object(listed: ListedObject, s3_client=None,
+                max_bytes: Optional[int] = None) -> RawObject:
+    """The bytes of one listed object. s3_client: reuse one (see ReadObjectsFn)."""
+    scheme = _scheme(listed.uri)
+    if scheme == "s3":
+        bucket, key = _split_s3(listed.uri)
+        client = s3_client or S3Settings().client()
+        resp = client.get_object(Bucket=bucket, Key=key)
+        body = resp["Body"]
+        try:
+            raw = _drain(listed, body.iter_chunks(CHUNK_BYTES), max_bytes)
+        finally:
+            body.close()
+        if "ContentLength" in resp and raw.size != resp["ContentLength"]:
+            raise IOError(f"short read: {raw.size} of {resp['ContentLength']} bytes")
+        return raw
+    if scheme in ("", "file"):
+        with open(listed.uri[len("file://"):] if scheme else listed.uri, "rb") as f:
+            return _drain(listed, _file_chunks(f), max_bytes)
+    return _read_filesystems(listed, max_bytes)
+
+
+def _read_filesystems(listed: ListedObject, max_bytes: Optional[int] = None) -> RawObject:
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+    # UNCOMPRESSED: the default (AUTO) would silently gunzip *.gz and change the bytes.
+    with FileSystems.open(listed.uri, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        return _drain(listed, _file_chunks(f), max_bytes)
+
+
+class ReadObjectsFn(beam.DoFn):
+    """ListedObject -> RawObject; failures -> TaggedOutput("dead_letter", DeadLetter)."""
+
+    def __init__(self, s3: Optional[S3Settings] = None, max_object_bytes: Optional[int] = None):
+        self._s3 = s3
+        self._max = max_object_bytes
+        self._client = None
+        self.objects = Metrics.counter(NAMESPACE, "read_objects")
+        self.bytes = Metrics.counter(NAMESPACE, "read_bytes")
+        self.errors = Metrics.counter(NAMESPACE, "read_errors")
+
+    def setup(self):
+        # One client per DoFn instance, reused for every element (see module doc).
+        self._client = (self._s3 or S3Settings()).client()
+
+    def process(self, listed: ListedObject):
+        if self._client is None:  # called without setup() (a unit test)
+            self.setup()
+        try:
+            if self._max is not None and listed.size > self._max:
+                raise ValueError(f"object of {listed.size} bytes is larger than "
+                                 f"max_object_bytes={self._max}")
+            raw = read_object(listed, self._client, self._max)
+        except Exception as e:  # any failure is this object's, not the run's
+            self.errors.inc()
+            reason = f"{type(e).__name__}: {e}"[:1000]
+            log.warning("read failed for %s: %s", listed.uri, reason)
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(listed.uri, "", "read", reason))
+            return
+        self.objects.inc()
+        self.bytes.inc(raw.size)
+        yield raw

@@ -1,0 +1,93 @@
+"""Reading question files: JSONL, CSV or Parquet, local or s3://.
+
+Every line yields a Question or, when it cannot be read, an error record that
+goes to the output with the reason, so no input line is lost.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Iterator, Optional, Union
+
+from transforms.common import storage
+from transforms.common.s3 import is_s3
+from transforms.query.engine import Question, error_record
+
+FORMATS = ("jsonl", "csv", "parquet")
+
+
+def detect_format(uri: str) -> str:
+    lower = uri.lower()
+    for ext, fmt in ((".jsonl", "jsonl"), (".ndjson", "jsonl"), (".json", "jsonl"), (".csv", "csv"),
+                     (".parquet", "parquet"), (".pq", "parquet")):
+        if lower.endswith(ext):
+            return fmt
+    raise ValueError(f"{uri}: cannot tell the question file format from its name "
+                     f"(expected one of .jsonl, .csv, .parquet)")
+
+
+def _open_binary(uri: str, s3=None):
+    if is_s3(uri):
+        return io.BytesIO(storage.read_bytes(uri, s3))
+    if "://" in uri:
+        from apache_beam.io.filesystems import FileSystems
+        return FileSystems.open(uri)
+    return open(uri, "rb")
+
+
+def question_from_record(rec: dict, line: int) -> Union[Question, dict]:
+    qid = rec.get("id", rec.get("_id"))
+    text = rec.get("question", rec.get("text"))
+    if qid is None or str(qid).strip() == "":
+        return {**error_record(None, text if isinstance(text, str) else None,
+                               f"line {line}: missing id"), "line": line}
+    if not isinstance(text, str) or not text.strip():
+        return {**error_record(str(qid), None, f"line {line}: missing or empty question"), "line": line}
+    acl = rec.get("acl")
+    if isinstance(acl, str):  # CSV: groups separated by ';' or ','
+        acl = [g.strip() for g in acl.replace(";", ",").split(",") if g.strip()]
+    filters = rec.get("filters")
+    if isinstance(filters, str) and filters.strip():
+        filters = json.loads(filters)
+    meta = {k: v for k, v in rec.items() if k not in ("id", "_id", "question", "text", "acl", "filters")}
+    return Question(id=str(qid), question=text.strip(), acl=list(acl) if acl else None,
+                    filters=filters or None, metadata=meta or None, line=line)
+
+
+def read_questions(uri: str, fmt: Optional[str] = None, s3=None) -> Iterator[Union[Question, dict]]:
+    fmt = fmt or detect_format(uri)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+        with _open_binary(uri, s3) as f:
+            pf = pq.ParquetFile(f)
+            line = 0
+            for batch in pf.iter_batches(batch_size=10000):
+                for rec in batch.to_pylist():
+                    line += 1
+                    yield _safe(rec, line)
+        return
+    with _open_binary(uri, s3) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
+        if fmt == "csv":
+            for line, rec in enumerate(csv.DictReader(text), start=1):
+                yield _safe(rec, line)
+            return
+        for line, row in enumerate(text, start=1):
+            if not row.strip():
+                continue
+            try:
+                rec = json.loads(row)
+                if not isinstance(rec, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as e:
+                yield {**error_record(None, None, f"line {line}: unreadable JSON ({e})"), "line": line}
+                continue
+            yield _safe(rec, line)
+
+
+def _safe(rec: dict, line: int) -> Union[Question, dict]:
+    try:
+        return question_from_record(rec, line)
+    except Exception as e:  # e.g. a filters column that is not JSON
+        return {**error_record(None, None, f"line {line}: {type(e).__name__}: {e}"), "line": line}
