@@ -2,8 +2,8 @@
 
     python -m bench.eval_all [--data ../shared/data] [--out out/eval] [--table-only]
 
-Runs `ragbeam eval` per dataset, mostly with configs/eval-rerank.yaml (so the "reranked" stage
-is the embedding reranker; the default config runs without one), indexing each corpus into
+Runs `ragbeam eval` per dataset, mostly with configs/eval-rerank.yaml (so the "final" stage,
+the answer file's own ranking, is reranked by the embedding reranker; the default config runs without one), indexing each corpus into
 <out>/<name>/index unless an index is already there (then it is reused), and writes
 bench/results/eval.md. --table-only rebuilds the table from existing reports.
 """
@@ -27,7 +27,7 @@ DATASETS = [
     ("squad", "squad-dev-half", ["--max-queries", "500"]),
     ("debian-docs", "debian-docs", RERANK + ["--max-queries", "300"]),
 ]
-STAGES = ("bm25", "dense", "hybrid", "reranked")
+STAGES = ("bm25", "dense", "hybrid", "final")
 
 
 def run(data: Path, out: Path) -> None:
@@ -55,15 +55,12 @@ def table(out: Path) -> str:
             continue
         r = json.loads(path.read_text())
         floors = r.get("bm25_floor_ndcg@10") or {}
-        no_reranker = ((r.get("config") or {}).get("rerank") or {}).get("kind") == "none"
         blocks = [(f"{name} ({r['counts']['queries_evaluated']})", floors.get("all"), r["stages"])]
         for g, gs in (r.get("groups") or {}).items():
             blocks.append((f"{name}: {g} ({gs['queries']})", floors.get(g), gs["stages"]))
         for label, floor, stages in blocks:
             for i, st in enumerate(STAGES):
                 m = stages.get(st, {})
-                if st == "reranked" and no_reranker:
-                    continue  # the same list as hybrid: no reranker configured
                 best = max(stages[s].get("ndcg@10", 0) for s in STAGES if s in stages)
                 nd = _f(m.get("ndcg@10"))
                 nd = f"**{nd}**" if m.get("ndcg@10") == best else nd

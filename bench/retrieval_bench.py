@@ -82,7 +82,8 @@ def bench_retrieval(cfg, index: dict, questions: list[dict], n_answer: int, batc
                     work: str, report: Report) -> dict:
     from pipelines.answer import run_answer
     from transforms.ingest.embed import model_spec_from_config
-    from transforms.query.engine import QAEngine, Question
+    from transforms.query.engine import QAEngine
+    from transforms.query.records import Question
     from transforms.query.retrieve import DenseIndex
 
     spec = model_spec_from_config(cfg)

@@ -130,7 +130,7 @@ class GateConfig(_Strict):
     """Eval gate: a new version is published only if it passes on a golden set."""
     dataset: str  # BEIR layout: queries.jsonl + qrels/test.tsv; corpus ids are doc ids of the index
     metric: str = "ndcg@10"
-    stage: Literal["bm25", "dense", "hybrid", "reranked"] = "hybrid"
+    stage: Literal["bm25", "dense", "hybrid", "final", "reranked"] = "hybrid"  # reranked: old name of final
     min: Optional[float] = Field(None, ge=0, le=1)  # absolute floor
     max_drop: Optional[float] = Field(None, ge=0, le=1)  # no worse than the live version by more than this
     max_questions: int = Field(200, ge=1)

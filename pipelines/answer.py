@@ -23,7 +23,8 @@ from configs.schema import Config
 from pipelines.options import pipeline_options
 from transforms.ingest.embed import model_spec_from_config
 from transforms.index.publish import resolve_index
-from transforms.query.engine import AnswerShardFn, Question, error_record
+from transforms.query.engine import AnswerShardFn
+from transforms.query.records import AnswerRecord, Question
 from transforms.query.questions import read_questions
 
 
@@ -35,8 +36,8 @@ def part_path(parts_dir: str, shard: int, shards: int, fmt: str) -> str:
     return os.path.join(parts_dir, f"shard-{shard:05d}-of-{shards:05d}.{fmt}")
 
 
-def _key(rec) -> tuple[int, object]:
-    return rec.line if isinstance(rec, Question) else rec.get("line", 0)
+def _key(rec) -> int:
+    return rec.line
 
 
 def order_and_dedupe(records: list) -> list:
@@ -46,9 +47,9 @@ def order_and_dedupe(records: list) -> list:
     for rec in sorted(records, key=_key):
         if isinstance(rec, Question):
             if rec.id in seen:
-                out.append({**error_record(rec.id, rec.question,
-                                           f"line {rec.line}: duplicate id (first at line {seen[rec.id]})"),
-                            "line": rec.line})
+                out.append(AnswerRecord.failed(rec.id, rec.question,
+                                               f"line {rec.line}: duplicate id (first at line {seen[rec.id]})",
+                                               rec.line))
                 continue
             seen[rec.id] = rec.line
         out.append(rec)
@@ -60,8 +61,8 @@ def write_part(path: str, records: list[dict], fmt: str) -> None:
     if fmt == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
-        rows = [{**r, "citations": json.dumps(r["citations"]), "retrieved": json.dumps(r["retrieved"])}
-                for r in records]
+        nested = ("citations", "retrieved", "retrieved_docs", "trace")  # JSON text columns: one schema for every shard
+        rows = [{k: (json.dumps(v) if k in nested else v) for k, v in r.items()} for r in records]
         pq.write_table(pa.Table.from_pylist(rows), tmp, compression="zstd")
     else:
         with open(tmp, "w", encoding="utf-8") as f:
@@ -78,9 +79,7 @@ class WriteShardFn(beam.DoFn):
 
     def process(self, element):
         shard, records = element
-        records = sorted(records, key=lambda r: r.get("line") or 0)
-        for r in records:
-            r.pop("line", None)
+        records = [r.to_row() for r in sorted(records, key=lambda r: r.line)]
         write_part(part_path(self.parts_dir, shard, self.shards, self.fmt), records, self.fmt)
         self._written = getattr(self, "_written", 0) + 1
         kill_point(f"after_shard:{self._written}")  # tests: a real crash between two shard writes
@@ -138,7 +137,7 @@ def prepare_parts_dir(parts_dir: str, fingerprint: dict) -> None:
 
 
 def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress: bool = True,
-               beam_args: Optional[list[str]] = None, log=print) -> dict:
+               beam_args: Optional[list[str]] = None, log=print, trace: bool = False) -> dict:
     from transforms.common.counters import read_counters as counters
     from transforms.common.s3 import settings_from_config as s3_settings
 
@@ -159,7 +158,7 @@ def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress
     export_to_environment(s3)  # workers resolve keys, the graph holds none
 
     def keyed(rec):
-        key = rec.id if isinstance(rec, Question) else f"line:{rec.get('line')}"
+        key = rec.id if isinstance(rec, Question) else f"line:{rec.line}"
         return shard_of(key, shards), rec
 
     with beam.Pipeline(options=pipeline_options(cfg, beam_args)) as p:
@@ -171,7 +170,7 @@ def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress
          | "GroupByShard" >> beam.GroupByKey()
          | "OrderAndDedupe" >> beam.MapTuple(lambda s, recs: (s, order_and_dedupe(list(recs))))
          | "AnswerShard" >> beam.ParDo(AnswerShardFn(version_dir, cfg, spec,
-                                                     progress_every_s=5.0 if progress else 0.0))
+                                                     progress_every_s=5.0 if progress else 0.0, trace=trace))
          | "WriteShard" >> beam.ParDo(WriteShardFn(parts_dir, shards, fmt)))
     stats = counters(p.result)
     n = join_parts(parts_dir, output, fmt, shards)

@@ -51,7 +51,7 @@ def _answer(args) -> int:
     if args.format:
         cfg = cfg.model_copy(update={"output": cfg.output.model_copy(update={"format": args.format})})
     summary = run_answer(cfg, args.index, args.questions, args.output, progress=not args.quiet,
-                         beam_args=args.beam_args)
+                         beam_args=args.beam_args, trace=args.trace)
     print(f"answers      {summary['questions_written']} written to {args.output}: "
           f"{summary['answered']} answered, {summary['not_found']} not found, {summary['errors']} errors "
           f"({summary['invalid_citations_removed']} invalid citations removed)")
@@ -103,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--format", choices=["jsonl", "parquet"], default=None)
     an.add_argument("--show", type=int, default=0, help="print this many answers with their sources")
     an.add_argument("--quiet", action="store_true")
+    an.add_argument("--trace", action="store_true",
+                    help="add each stage's ranked ids and scores, the answer context and per-stage ms to every line")
     an.set_defaults(func=_answer)
 
     ev = sub.add_parser("eval", help="retrieval and answer metrics of an index on a BEIR-layout dataset")

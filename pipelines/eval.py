@@ -59,13 +59,13 @@ def run_eval(cfg: Config, dataset: Optional[str], report_dir: str, *, index: Opt
             t = time.monotonic()
             qvecs = ev.engine.embedder.encode(texts)
             qvec_all.append(qvecs)
-            runs = ev.run(texts, answer=True, qvecs=qvecs)
+            runs = ev.run(texts, qvecs=qvecs)
             t_ret += time.monotonic() - t
             unans = [None] * len(batch)
             if with_answers:
                 t = time.monotonic()
                 golds = [set(M.relevant(ds.qrels[q])) for q in batch]
-                unans = ev.run(texts, stages=(), answer=True, qvecs=qvecs,
+                unans = ev.run(texts, stages=("final",), qvecs=qvecs,
                                masks=unanswerable_masks(ev, labels, golds))
                 t_unans += time.monotonic() - t
             for qid, text, o, u in zip(batch, texts, runs, unans):

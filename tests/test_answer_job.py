@@ -12,7 +12,8 @@ import pytest
 from pipelines.answer import run_answer
 from transforms.index import publish
 from transforms.ingest.embed import model_spec_from_config
-from transforms.query.engine import IndexMismatchError, QAEngine, Question
+from transforms.query.engine import IndexMismatchError, QAEngine
+from transforms.query.records import Question
 
 KNOWN = [  # question -> the key (path under the corpus root) that answers it
     ("How do I find pathnames matching a Unix shell pattern in Python?", "python/library/glob.html"),
@@ -42,19 +43,19 @@ def test_known_questions_find_their_document_in_the_top_3(engine):
     qs = [Question(f"q{i}", q) for i, (q, _) in enumerate(KNOWN)]
     recs = engine.answer_batch(qs, top_k=10)
     for (q, key), rec in zip(KNOWN, recs):
-        top3 = {r["source"].split("/corpus/", 1)[-1] for r in rec["retrieved"][:3]}
+        top3 = {r["source"].split("/corpus/", 1)[-1] for r in rec.retrieved[:3]}
         assert any(t.endswith(key) for t in top3), (q, top3)
-        assert rec["status"] == "answered", (q, rec)
+        assert rec.status == "answered", (q, rec)
 
 
 def test_citations_point_at_sources_that_contain_their_quotes(engine):
     recs = engine.answer_batch([Question("q", KNOWN[4][0])], top_k=10)
     (rec,) = recs
-    assert "[1]" in rec["answer"] and rec["citations"]
+    assert "[1]" in rec.answer and rec.citations
     texts = dict(engine.con.execute("SELECT chunk_id, text FROM chunks").fetchall())
-    for c in rec["citations"]:
+    for c in rec.citations:
         assert c["quote"] and " ".join(c["quote"].split()) in " ".join(texts[c["chunk_id"]].split())
-    assert "4 seconds" in rec["answer"]
+    assert "4 seconds" in rec.answer
 
 
 def test_acl_is_applied_inside_the_search(engine):
@@ -62,9 +63,9 @@ def test_acl_is_applied_inside_the_search(engine):
     (public,) = engine.answer_batch([Question("a", staff_q)], top_k=50)
     (staff,) = engine.answer_batch([Question("b", staff_q, acl=["staff"])], top_k=50)
     acl = dict(engine.con.execute("SELECT chunk_id, acl FROM chunks").fetchall())
-    assert all(not acl[r["chunk_id"]] for r in public["retrieved"])
-    assert any(acl[r["chunk_id"]] for r in staff["retrieved"][:3])
-    assert len(public["retrieved"]) == engine.cfg.retrieve.fused_top_n  # a filter does not cost results
+    assert all(not acl[r["chunk_id"]] for r in public.retrieved)
+    assert any(acl[r["chunk_id"]] for r in staff.retrieved[:3])
+    assert len(public.retrieved) == engine.cfg.retrieve.fused_top_n  # a filter does not cost results
 
 
 def test_model_mismatch_is_refused(mini_index, test_config):
@@ -175,3 +176,24 @@ def test_a_new_question_file_never_reuses_old_shards(mini_index, test_config, tm
     summary = run_answer(test_config, str(index_dir), str(second), str(out), progress=False, log=lambda *_: None)
     assert summary["shards_skipped"] == 0
     assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["b"]
+
+
+def test_trace_shows_every_stage_and_the_context(mini_index, test_config, tmp_path):
+    index_dir, _ = mini_index
+    qfile = write_questions(tmp_path / "questions.csv", "csv")
+    out = tmp_path / "answers.jsonl"
+    run_answer(test_config, str(index_dir), str(qfile), str(out), progress=False, log=lambda *_: None, trace=True)
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert recs and all("trace" in r for r in recs)
+    for r in recs:
+        t = r["trace"]
+        assert set(t) == {"dense", "bm25", "fused", "reranked", "context", "ms_per_question"}
+        assert t["fused"] and all(isinstance(cid, str) and isinstance(s, float) for cid, s in t["fused"])
+        # the context is what the answerer saw, and every citation points into it
+        ctx = {c["chunk_id"] for c in t["context"]}
+        assert {c["chunk_id"] for c in r["citations"]} <= ctx
+        assert set(t["ms_per_question"]) == {"embed", "retrieve", "rerank", "answer"}
+        assert [x["chunk_id"] for x in r["retrieved"]][:len(t["reranked"])] == [c for c, _ in t["reranked"]][:10]
+    plain = tmp_path / "plain.jsonl"
+    run_answer(test_config, str(index_dir), str(qfile), str(plain), progress=False, log=lambda *_: None)
+    assert all("trace" not in json.loads(line) for line in plain.read_text().splitlines())

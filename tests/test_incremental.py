@@ -100,7 +100,8 @@ def _index_cmd(src, index_dir, kill_at=None):
 
 def test_killed_runs_leave_the_live_version_answering(tmp_path, test_config):
     from tests.conftest import copy_corpus
-    from transforms.query.engine import QAEngine, Question
+    from transforms.query.engine import QAEngine
+    from transforms.query.records import Question
 
     src = copy_corpus(tmp_path / "src", TINY[:3])
     index_dir = tmp_path / "index"
@@ -116,7 +117,7 @@ def test_killed_runs_leave_the_live_version_answering(tmp_path, test_config):
                           __import__("transforms.ingest.embed", fromlist=["x"]).model_spec_from_config(test_config))
         (rec,) = engine.answer_batch([Question("q", "What does fnmatch match?")], top_k=3)
         engine.close()
-        assert rec["status"] == "answered" and rec["index_version"] == live
+        assert rec.status == "answered" and rec.index_version == live
 
     run = _index_cmd(src, index_dir, kill_at="after_publish")  # published, cache not yet committed
     assert run.returncode == -9

@@ -42,7 +42,7 @@ def read_qrels(path: str) -> dict[str, dict[str, int]]:
 
 
 def read_queries(path: str) -> dict[str, str]:
-    from transforms.query.engine import Question
+    from transforms.query.records import Question
     from transforms.query.questions import read_questions
     return {q.id: q.question for q in read_questions(path) if isinstance(q, Question)}
 

@@ -1,10 +1,11 @@
 """Scoring an index version on a dataset: the stages of the answer engine, per question.
 
 Every stage is scored at DOCUMENT level (a chunk ranking becomes a document
-ranking by first occurrence), because qrels judge documents. Retrieval goes
-deeper than the answer job (DEPTH chunks per retriever) so recall@100 means
-something; the reranker reorders only the fused head it sees in production
-(rerank.top_n) and the fused tail is kept behind it.
+ranking by first occurrence), because qrels judge documents. The first stages
+(bm25, dense, hybrid) run deeper than the answer job (DEPTH chunks per retriever)
+so recall@100 means something; the "final" stage is exactly the answer job's
+output for the question (QAEngine.run, its retrieved_docs), so scoring an answer
+file with any standard scorer gives the same figures.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from configs.schema import Config
 from transforms.evaluation import metrics as M
 from transforms.evaluation.datasets import Dataset, DocLabels, load_dataset, query_group, sample_ids
 from transforms.evaluation.metrics import METRICS, STAGES
+from transforms.query.records import Question
 
 DEPTH = 200  # chunks per retriever; documents have several chunks, so >100 docs need more
 BATCH = 64
@@ -43,56 +45,25 @@ class Evaluator:
     def docs(self, chunk_nos) -> list:
         return M.dedupe_first(self.doc_of_chunk[int(c)] for c in chunk_nos if c >= 0)
 
-    def run(self, texts: list[str], stages=STAGES, answer: bool = False,
-            masks: Optional[np.ndarray] = None, qvecs: Optional[np.ndarray] = None) -> list[dict]:
-        """Per question: chunk rankings per stage (chunk_nos), and with answer=True
-        the reranked head (candidate dicts) and the answerer's result."""
-        from transforms.query.fuse import rrf_fuse
-        from transforms.query.retrieve import fetch_chunks
-
-        e, rc = self.engine, self.cfg.retrieve
+    def run(self, texts: list[str], stages=STAGES, masks: Optional[np.ndarray] = None,
+            qvecs: Optional[np.ndarray] = None) -> list[dict]:
+        """Per question: the document ranking of each stage asked for. bm25/dense/hybrid come
+        from the engine's first stage run DEPTH deep (so recall@100 means something); "final"
+        is the answer job's own output (`QAEngine.run`, its `retrieved_docs`), with the record
+        under "record": what `ragbeam answer` would write for this question."""
+        e = self.engine
         allowed = self.public if masks is None else masks
-        need = set(stages) | ({"reranked"} if answer else set())
         if qvecs is None:
             qvecs = e.embedder.encode(texts)
-        if e.dense_mode == "exact":
-            _, d_ids = e.dense.search(qvecs, DEPTH, allowed)
-        else:  # what the answer job uses on this index size
-            from transforms.query.retrieve import search_hnsw
-            _, d_ids = search_hnsw(e.con, qvecs, DEPTH, allowed)
-        _, b_ids = e.bm25.search(texts, DEPTH, allowed)
-        out = []
-        for j in range(len(texts)):
-            dense = [int(i) for i in d_ids[j] if i >= 0]
-            bm25 = [int(i) for i in b_ids[j] if i >= 0]
-            fused = rrf_fuse({"dense": dense, "bm25": bm25}, k=rc.rrf_k,
-                             weights={"dense": rc.dense_weight, "bm25": rc.bm25_weight})
-            out.append({"bm25": bm25, "dense": dense, "hybrid": [c for c, _ in fused], "_fused": fused,
-                        "_dense_rank": {c: r for r, c in enumerate(dense, 1)},
-                        "_bm25_rank": {c: r for r, c in enumerate(bm25, 1)}})
-        if "reranked" in need:
-            head_n = self.cfg.rerank.top_n
-            rows = fetch_chunks(e.con, sorted({c for o in out for c, _ in o["_fused"][:head_n]}))
-            by_no = {r["chunk_no"]: r for r in rows}
-            heads = []
-            for o in out:
-                cands = []
-                for rank, (c, s) in enumerate(o["_fused"][:head_n], 1):
-                    cand = dict(by_no[c])
-                    cand.update(score=float(s), rank=rank, first_stage_score=float(s),
-                                dense_rank=o["_dense_rank"].get(c), bm25_rank=o["_bm25_rank"].get(c))
-                    cands.append(cand)
-                heads.append(cands)
-            reranked = e.reranker.rerank(texts, heads, cache=e.sentence_vectors)
-            results = (e.answerer.answer(texts, reranked, cache=e.sentence_vectors) if answer
-                       else [None] * len(texts))
-            for o, head, res in zip(out, reranked, results):
-                seen = {c["chunk_no"] for c in head}
-                o["reranked"] = [c["chunk_no"] for c in head] + [c for c in o["hybrid"] if c not in seen]
-                o["head"], o["result"] = head, res
-        for o in out:
-            for k in ("_fused", "_dense_rank", "_bm25_rank"):
-                o.pop(k)
+        out: list[dict] = [{} for _ in texts]
+        if set(stages) & {"bm25", "dense", "hybrid"}:
+            for o, r in zip(out, e.search(texts, allowed, qvecs, dense_n=DEPTH, bm25_n=DEPTH)):
+                o.update(bm25=self.docs(c for c, _ in r.bm25), dense=self.docs(c for c, _ in r.dense),
+                         hybrid=self.docs(c for c, _ in r.fused))
+        if "final" in stages:
+            qs = [Question(str(i), t) for i, t in enumerate(texts)]
+            for o, rec in zip(out, e.run(qs, self.cfg.output.retrieved_top_k, allowed=allowed, qvecs=qvecs)):
+                o.update(final=[d["doc_id"] for d in rec.retrieved_docs], record=rec)
         return out
 
     def hnsw_recall(self, qvecs: np.ndarray, k: int = 10) -> Optional[float]:
@@ -111,14 +82,15 @@ def gate_metric(version_dir: str, cfg: Config, gate_cfg, embedder=None) -> float
     if not ids:
         raise ValueError(f"{gate_cfg.dataset}: no queries with relevant documents")
     fn = M.metric_fn(gate_cfg.metric)
+    stage = "final" if gate_cfg.stage == "reranked" else gate_cfg.stage  # "reranked": the old name
     ev = Evaluator(version_dir, cfg, embedder=embedder)
     try:
         labels = DocLabels(version_dir, {d for q in ids for d in ds.qrels[q]})
         scores = []
         for i in range(0, len(ids), BATCH):
             batch = ids[i:i + BATCH]
-            for qid, o in zip(batch, ev.run([ds.queries[q] for q in batch], stages=(gate_cfg.stage,))):
-                scores.append(fn(ev.docs(o[gate_cfg.stage]), labels.doc_qrels(ds.qrels[qid])))
+            for qid, o in zip(batch, ev.run([ds.queries[q] for q in batch], stages=(stage,))):
+                scores.append(fn(o[stage], labels.doc_qrels(ds.qrels[qid])))
     finally:
         ev.close()
     return float(M.mean(scores))
@@ -148,10 +120,10 @@ def question_record(qid, text, o, u, ds: Dataset, labels: DocLabels, ev: Evaluat
            "relevant": sorted(M.relevant(ds.qrels[qid]))}
     ranks, per_stage = {}, {}
     for s in STAGES:
-        docs = ev.docs(o[s])
-        ranks[s] = M.first_relevant_rank(docs, qrels)
-        per_stage[s] = {m: M.metric_fn(m)(docs, qrels) for m in METRICS}
-    head, res = o["head"], o["result"]
+        ranks[s] = M.first_relevant_rank(o[s], qrels)
+        per_stage[s] = {m: M.metric_fn(m)(o[s], qrels) for m in METRICS}
+    res = o["record"]
+    head = res.retrieved
     context = head[:ev.cfg.answer.top_chunks]
     cited = [c.get("doc_id") for c in res.citations]
     top = head[0] if head else None
@@ -162,15 +134,15 @@ def question_record(qid, text, o, u, ds: Dataset, labels: DocLabels, ev: Evaluat
                cited_relevant=any(d in rel for d in cited) if cited else None,
                citation_precision=M.citation_precision(cited, rel),
                top1_relevant=bool(top and top["doc_id"] in rel),
-               top1_rerank_score=round(float(top.get("rerank_score", top["score"])), 4) if top else None,
-               top_docs=[_label(labels, d) for d in M.dedupe_first(c["doc_id"] for c in head)][:5])
+               top1_score=round(float(top["score"]), 4) if top else None,
+               top_docs=[_label(labels, d) for d in o["final"][:5]])
     if ds.answers.get(qid):
         rec["gold_in_answer"] = M.contains_span(res.answer, ds.answers[qid]) if res.status == "answered" else False
     if u is not None:
-        ur = u["result"]
+        ur = u["record"]
         rec["unanswerable"] = {"status": ur.status, "evidence_score": round(float(ur.evidence_score), 4),
                                "answer": ur.answer,
-                               "gold_leaked": any(c["doc_id"] in rel for c in u["head"])}
+                               "gold_leaked": any(c["doc_id"] in rel for c in ur.retrieved)}
     return rec
 
 

@@ -132,6 +132,6 @@ def auc(pos: Sequence[float], neg: Sequence[float]) -> float:
 
 
 # The stages every evaluation scores, and the metrics of each.
-STAGES = ("bm25", "dense", "hybrid", "reranked")
+STAGES = ("bm25", "dense", "hybrid", "final")  # final: the answer file's own ranking
 RECALL_KS = (5, 10, 50, 100)
 METRICS = ("ndcg@10",) + tuple(f"recall@{k}" for k in RECALL_KS) + ("mrr@10",)

@@ -33,7 +33,7 @@ def summarize(per_q, ds, cfg, version_dir, version, hnsw, labels, timings, with_
         report["groups"] = {g: {"queries": sum(r["group"] == g for r in per_q),
                                 "stages": _stage_means([r for r in per_q if r["group"] == g])} for g in groups}
     report["triage"] = {
-        "retrieved@100 (reranked)": M.mean((r["first_relevant_rank"]["reranked"] or 999) <= 100 for r in per_q),
+        "retrieved@10 (final)": M.mean((r["first_relevant_rank"]["final"] or 999) <= 10 for r in per_q),
         "in_context": M.mean(r["in_context"] for r in per_q),
         "answered": M.mean(r["status"] == "answered" for r in per_q),
         "cited_relevant (of answered)": M.mean(bool(r["cited_relevant"]) for r in per_q if r["status"] == "answered"),

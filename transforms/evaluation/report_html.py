@@ -221,9 +221,9 @@ def render_html(report: dict, per_q: list[dict]) -> str:
             "not found": [r["evidence_score"] for r in per_q if r["status"] == "not_found"]}),
             "Extractive evidence_score by answer status."))
     charts.append(fig(histogram("top-1 rerank score", {
-        "top-1 relevant": [r["top1_rerank_score"] for r in per_q if r["top1_relevant"] and r["top1_rerank_score"] is not None],
-        "top-1 not relevant": [r["top1_rerank_score"] for r in per_q if not r["top1_relevant"]
-                               and r["top1_rerank_score"] is not None]}),
+        "top-1 relevant": [r["top1_score"] for r in per_q if r["top1_relevant"] and r["top1_score"] is not None],
+        "top-1 not relevant": [r["top1_score"] for r in per_q if not r["top1_relevant"]
+                               and r["top1_score"] is not None]}),
         "Reranker score of the top candidate, split by whether its document is relevant."))
     parts += ["<div class='charts'>"] + charts + ["</div>"]
     parts += ["<h2>Triage</h2>", table(["measure", "value"], [[k, v] for k, v in report["triage"].items()])]
@@ -240,7 +240,7 @@ def render_html(report: dict, per_q: list[dict]) -> str:
                         [[k] + list(v.values()) for k, v in u["evidence_quantiles"].items()])]
     misses = [r for r in per_q if not r["in_context"]][:40]
     parts += [f"<h2>Questions whose relevant document missed the answer context ({sum(not r['in_context'] for r in per_q)})</h2>",
-              table(["id", "question", "bm25", "dense", "hybrid", "reranked", "status"],
+              table(["id", "question", "bm25", "dense", "hybrid", "final", "status"],
                     [[r["id"], r["question"][:120]] + [_rank(r["first_relevant_rank"][s]) for s in STAGES] + [r["status"]]
                      for r in misses])]
     parts += ["<h2>Timings and config</h2>", table(["phase", "seconds"], [[k, v] for k, v in report["timings"].items()]),

@@ -8,30 +8,23 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
 from transforms.index.artifacts import open_artifact, read_meta
 from transforms.ingest.embed import Embedder, ModelSpec
 from transforms.query.fuse import rrf_fuse
+from transforms.query.records import AnswerRecord, InputError, Question
 from transforms.query.rerank import VectorCache
-from transforms.query.retrieve import BM25Index, DenseIndex, FilterMasks, choose_dense_mode, fetch_chunks, search_hnsw
+from transforms.query.retrieve import (BM25Index, DenseIndex, FilterMasks, choose_dense_mode, fetch_chunks,
+                                       search_hnsw)
 
 
 class IndexMismatchError(RuntimeError):
     pass
-
-
-@dataclass
-class Question:
-    id: str
-    question: str
-    acl: Optional[list[str]] = None
-    filters: Optional[dict[str, Any]] = None
-    metadata: Optional[dict[str, Any]] = None
-    line: int = 0  # 1-based position in the input, for stable output order
 
 
 def check_model(manifest: dict, spec: ModelSpec) -> None:
@@ -63,6 +56,9 @@ class QAEngine:
         self.dense_mode = choose_dense_mode(self.dense.n, cfg.retrieve.mode)
         self.bm25 = BM25Index(self.con)
         self.masks = FilterMasks(self.con)
+        ids = self.con.execute("SELECT doc_id, chunk_id FROM chunks ORDER BY chunk_no").fetchnumpy()
+        self.doc_ids = np.asarray(ids["doc_id"], dtype=object)  # chunk_no -> doc_id, for document rankings
+        self.chunk_ids = np.asarray(ids["chunk_id"], dtype=object)
         self.embedder = embedder or Embedder(spec)
         # Sentence vectors shared across batches: questions hitting the same chunks reuse
         # them. ~1.5 KB a sentence, so 200k entries stay near 300 MB before a reset.
@@ -84,66 +80,134 @@ class QAEngine:
     def close(self) -> None:
         self.con.close()
 
-    def retrieve(self, questions: list[Question]) -> list[list[dict]]:
-        """Fused first-stage candidates per question (filters applied inside each search)."""
-        rc = self.cfg.retrieve
-        texts = [q.question for q in questions]
+    # --- the stages -------------------------------------------------------------------
+
+    def allowed(self, questions: list[Question]) -> np.ndarray:
+        """Each question's ACL/filter mask (one shared mask when all are alike)."""
         masks = [self.masks.get(q.acl, q.filters) for q in questions]
-        allowed = masks[0] if all(m is masks[0] for m in masks) else np.stack(masks)
-        qvecs = self.embedder.encode(texts)
+        return masks[0] if all(m is masks[0] for m in masks) else np.stack(masks)
+
+    def search(self, texts: list[str], allowed, qvecs: Optional[np.ndarray] = None, *,
+               dense_n: Optional[int] = None, bm25_n: Optional[int] = None) -> list[Rankings]:
+        """First stage per question: dense and BM25 top lists (filters applied inside each
+        search) and their fusion, as (chunk_no, score) lists."""
+        rc = self.cfg.retrieve
+        if qvecs is None:
+            qvecs = self.embedder.encode(texts)
+        dense_n, bm25_n = dense_n or rc.dense_top_n, bm25_n or rc.bm25_top_n
         if self.dense_mode == "exact":
-            d_scores, d_ids = self.dense.search(qvecs, rc.dense_top_n, allowed)
+            d_scores, d_ids = self.dense.search(qvecs, dense_n, allowed)
         else:
-            d_scores, d_ids = search_hnsw(self.con, qvecs, rc.dense_top_n, allowed)
-        b_scores, b_ids = self.bm25.search(texts, rc.bm25_top_n, allowed)
-        fused = []
-        for j in range(len(questions)):
-            ranked = rrf_fuse({"dense": [int(i) for i in d_ids[j] if i >= 0],
-                               "bm25": [int(i) for i in b_ids[j] if i >= 0]},
-                              k=rc.rrf_k, weights={"dense": rc.dense_weight, "bm25": rc.bm25_weight},
-                              top_n=rc.fused_top_n)
-            fused.append(ranked)
-        rows = fetch_chunks(self.con, [c for ranked in fused for c, _ in ranked])
+            d_scores, d_ids = search_hnsw(self.con, qvecs, dense_n, allowed)
+        b_scores, b_ids = self.bm25.search(texts, bm25_n, allowed)
+        out = []
+        for j in range(len(texts)):
+            dense = [(int(i), float(s)) for i, s in zip(d_ids[j], d_scores[j]) if i >= 0]
+            bm25 = [(int(i), float(s)) for i, s in zip(b_ids[j], b_scores[j]) if i >= 0]
+            fused = rrf_fuse({"dense": [c for c, _ in dense], "bm25": [c for c, _ in bm25]},
+                             k=rc.rrf_k, weights={"dense": rc.dense_weight, "bm25": rc.bm25_weight})
+            out.append(Rankings(dense, bm25, [(int(c), float(s)) for c, s in fused]))
+        return out
+
+    def candidates(self, rankings: list[Rankings]) -> list[list[dict]]:
+        """The fused head (retrieve.fused_top_n) of each question as chunk rows with scores."""
+        n = self.cfg.retrieve.fused_top_n
+        rows = fetch_chunks(self.con, sorted({c for r in rankings for c, _ in r.fused[:n]}))
         by_no = {r["chunk_no"]: r for r in rows}
         out = []
-        for j, ranked in enumerate(fused):
-            dense_rank = {int(c): r for r, c in enumerate(d_ids[j], 1) if c >= 0}
-            bm25_rank = {int(c): r for r, c in enumerate(b_ids[j], 1) if c >= 0}
+        for r in rankings:
+            dense_rank = {c: i for i, (c, _) in enumerate(r.dense, 1)}
+            bm25_rank = {c: i for i, (c, _) in enumerate(r.bm25, 1)}
             cands = []
-            for rank, (c, score) in enumerate(ranked, 1):
+            for rank, (c, score) in enumerate(r.fused[:n], 1):
                 cand = dict(by_no[c])
-                cand.update(score=float(score), rank=rank, first_stage_score=float(score),
+                cand.update(score=score, rank=rank, first_stage_score=score,
                             dense_rank=dense_rank.get(c), bm25_rank=bm25_rank.get(c))
                 cands.append(cand)
             out.append(cands)
         return out
 
-    def answer_batch(self, questions: list[Question], top_k: int) -> list[dict]:
-        cands = self.retrieve(questions)
-        texts = [q.question for q in questions]
-        head = self.cfg.rerank.top_n
-        # Reranker and answerer share one sentence-vector cache: each sentence is embedded once.
-        reranked = self.reranker.rerank(texts, [c[:head] for c in cands], cache=self.sentence_vectors)
-        results = self.answerer.answer(texts, reranked, cache=self.sentence_vectors)
-        # The reranker reorders the head; the fused tail keeps its order after it.
-        reranked = [r + c[head:] for r, c in zip(reranked, cands)]
-        out = []
-        for q, ranked, res in zip(questions, reranked, results):
-            out.append({
-                "id": q.id,
-                "question": q.question,
-                "answer": res.answer,
-                "status": res.status,
-                "error": res.error,
-                "citations": res.citations,
-                "invalid_citations": res.n_invalid_citations,
-                "evidence_score": round(float(res.evidence_score), 4),
-                "retrieved": [{"rank": i + 1, "doc_id": c["doc_id"], "chunk_id": c["chunk_id"],
-                               "source": c["source_uri"], "score": round(float(c["score"]), 6)}
-                              for i, c in enumerate(ranked[:top_k])],
-                "index_version": self.version,
-            })
+    def retrieve(self, questions: list[Question]) -> list[list[dict]]:
+        """Fused first-stage candidates per question."""
+        return self.candidates(self.search([q.question for q in questions], self.allowed(questions)))
+
+    def ranked_docs(self, head: list[dict], fused: list[tuple[int, float]], k: int = 10) -> list[dict]:
+        """The final document ranking: reranked head, then the rest of the fused list, each
+        document at its first chunk. This is what an external scorer sees in the answer file."""
+        seen: set = set()
+        out: list[dict] = []
+        order = [(c["chunk_no"], c.get("rerank_score", c["score"])) for c in head]
+        in_head = {c for c, _ in order}
+        order += [(c, s) for c, s in fused if c not in in_head]
+        for c, s in order:
+            d = self.doc_ids[c]
+            if d not in seen:
+                seen.add(d)
+                out.append({"rank": len(out) + 1, "doc_id": d, "score": round(float(s), 6)})
+                if len(out) == k:
+                    break
         return out
+
+    def run(self, questions: list[Question], top_k: int, *, trace: bool = False,
+            allowed=None, qvecs: Optional[np.ndarray] = None) -> list[AnswerRecord]:
+        """The whole engine for a batch: the one code path behind `ragbeam answer`,
+        `ragbeam eval` and the publish gate. `allowed` overrides the questions' own masks
+        (evaluation hides gold documents this way)."""
+        t = [time.perf_counter()]
+        texts = [q.question for q in questions]
+        if qvecs is None:
+            qvecs = self.embedder.encode(texts)
+        t.append(time.perf_counter())
+        rankings = self.search(texts, self.allowed(questions) if allowed is None else allowed, qvecs)
+        cands = self.candidates(rankings)
+        t.append(time.perf_counter())
+        head_n = self.cfg.rerank.top_n
+        # Reranker and answerer share one sentence-vector cache: each sentence is embedded once.
+        heads = self.reranker.rerank(texts, [c[:head_n] for c in cands], cache=self.sentence_vectors)
+        t.append(time.perf_counter())
+        results = self.answerer.answer(texts, heads, cache=self.sentence_vectors)
+        t.append(time.perf_counter())
+        ms = {name: round((t[i + 1] - t[i]) * 1000 / max(1, len(questions)), 3)
+              for i, name in enumerate(("embed", "retrieve", "rerank", "answer"))}
+        out = []
+        for q, r, head, tail, res in zip(questions, rankings, heads, cands, results):
+            ranked = head + tail[head_n:]  # the reranker reorders the head; the fused tail follows
+            rec = AnswerRecord(
+                id=q.id, question=q.question, answer=res.answer, status=res.status, error=res.error,
+                citations=res.citations, invalid_citations=res.n_invalid_citations,
+                evidence_score=round(float(res.evidence_score), 4),
+                retrieved=[{"rank": i + 1, "doc_id": c["doc_id"], "chunk_id": c["chunk_id"],
+                            "source": c["source_uri"], "score": round(float(c.get("rerank_score", c["score"])), 6)}
+                           for i, c in enumerate(ranked[:top_k])],
+                retrieved_docs=self.ranked_docs(head, r.fused),
+                index_version=self.version, line=q.line)
+            if trace:
+                rec.trace = self._trace(r, head, ms)
+            out.append(rec)
+        return out
+
+    def answer_batch(self, questions: list[Question], top_k: int, trace: bool = False) -> list[AnswerRecord]:
+        return self.run(questions, top_k, trace=trace)
+
+    def _trace(self, r: Rankings, head: list[dict], ms: dict) -> dict:
+        ids = self.chunk_ids
+
+        def ranked(pairs, n=20):
+            return [[ids[c], round(s, 6)] for c, s in pairs[:n]]
+        n_ctx = self.cfg.answer.top_chunks
+        return {"dense": ranked(r.dense), "bm25": ranked(r.bm25), "fused": ranked(r.fused),
+                "reranked": [[c["chunk_id"], round(float(c.get("rerank_score", c["score"])), 6)] for c in head],
+                "context": [{"chunk_id": c["chunk_id"], "doc_id": c["doc_id"], "context": c.get("context"),
+                             "text": c.get("text")} for c in head[:n_ctx]],
+                "ms_per_question": ms}
+
+
+@dataclass
+class Rankings:
+    """One question's first-stage lists, best first, as (chunk_no, score)."""
+    dense: list[tuple[int, float]]
+    bm25: list[tuple[int, float]]
+    fused: list[tuple[int, float]]
 
 
 def _chat_client(a):
@@ -172,8 +236,10 @@ class AnswerShardFn(beam.DoFn):
     The engine (DuckDB read-only, matrices, models) is built once per worker.
     """
 
-    def __init__(self, version_dir: str, cfg, spec: ModelSpec, progress_every_s: float = 0.0):
+    def __init__(self, version_dir: str, cfg, spec: ModelSpec, progress_every_s: float = 0.0,
+                 trace: bool = False):
         self.version_dir, self.cfg, self.spec = version_dir, cfg, spec
+        self.trace = trace
         self.progress_every_s = progress_every_s
         self.answered = Metrics.counter(METRICS_NAMESPACE, "answered")
         self.not_found = Metrics.counter(METRICS_NAMESPACE, "not_found")
@@ -193,19 +259,19 @@ class AnswerShardFn(beam.DoFn):
     def process(self, element):
         import time
         shard, records = element
-        out = []
+        out: list[AnswerRecord] = []
         good = [r for r in records if isinstance(r, Question)]
         bs = self.cfg.output.batch_size
         for i in range(0, len(good), bs):
             batch = good[i:i + bs]
             try:
-                answered = self.engine.answer_batch(batch, self.cfg.output.retrieved_top_k)
+                answered = self.engine.answer_batch(batch, self.cfg.output.retrieved_top_k, trace=self.trace)
             except Exception as e:  # a failing batch is recorded per question, the job goes on
-                answered = [error_record(q.id, q.question, f"{type(e).__name__}: {e}") for q in batch]
-            for q, rec in zip(batch, answered):
-                rec["line"] = q.line  # the writer restores input order within the shard
-                {"answered": self.answered, "not_found": self.not_found}.get(rec["status"], self.errors).inc()
-                self.invalid.inc(rec.get("invalid_citations") or 0)
+                answered = [AnswerRecord.failed(q.id, q.question, f"{type(e).__name__}: {e}", q.line)
+                            for q in batch]
+            for rec in answered:
+                {"answered": self.answered, "not_found": self.not_found}.get(rec.status, self.errors).inc()
+                self.invalid.inc(rec.invalid_citations or 0)
             out.extend(answered)
             self._done += len(batch)
             now = time.monotonic()
@@ -213,13 +279,10 @@ class AnswerShardFn(beam.DoFn):
                 self._last = now
                 print(f"  answered {self._done} questions ({self._done / (now - self._t0):.1f}/s)", flush=True)
         for r in records:
-            if isinstance(r, dict):  # unreadable input lines travel as error records
+            if isinstance(r, InputError):  # unreadable input lines go to the output with their reason
+                self.errors.inc()
+                out.append(AnswerRecord.from_input_error(r))
+            elif isinstance(r, AnswerRecord):  # already decided upstream (e.g. a repeated id)
                 self.errors.inc()
                 out.append(r)
         yield shard, out
-
-
-def error_record(qid: Optional[str], question: Optional[str], reason: str) -> dict:
-    return {"id": qid, "question": question, "answer": "", "status": "error", "error": reason,
-            "citations": [], "invalid_citations": 0, "evidence_score": 0.0, "retrieved": [],
-            "index_version": None}

@@ -8,14 +8,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Iterator, Optional, Union
+from typing import Iterator, Optional
 
 from transforms.common import storage
 from transforms.common.s3 import is_s3
-from transforms.query.engine import Question, error_record
-
-FORMATS = ("jsonl", "csv", "parquet")
-
+from transforms.query.records import InputError, Question, QuestionOrError
 
 def detect_format(uri: str) -> str:
     lower = uri.lower()
@@ -36,14 +33,13 @@ def _open_binary(uri: str, s3=None):
     return open(uri, "rb")
 
 
-def question_from_record(rec: dict, line: int) -> Union[Question, dict]:
+def question_from_record(rec: dict, line: int) -> QuestionOrError:
     qid = rec.get("id", rec.get("_id"))
     text = rec.get("question", rec.get("text"))
     if qid is None or str(qid).strip() == "":
-        return {**error_record(None, text if isinstance(text, str) else None,
-                               f"line {line}: missing id"), "line": line}
+        return InputError(f"line {line}: missing id", line, None, text if isinstance(text, str) else None)
     if not isinstance(text, str) or not text.strip():
-        return {**error_record(str(qid), None, f"line {line}: missing or empty question"), "line": line}
+        return InputError(f"line {line}: missing or empty question", line, str(qid))
     acl = rec.get("acl")
     if isinstance(acl, str):  # CSV: groups separated by ';' or ','
         acl = [g.strip() for g in acl.replace(";", ",").split(",") if g.strip()]
@@ -55,7 +51,7 @@ def question_from_record(rec: dict, line: int) -> Union[Question, dict]:
                     filters=filters or None, metadata=meta or None, line=line)
 
 
-def read_questions(uri: str, fmt: Optional[str] = None, s3=None) -> Iterator[Union[Question, dict]]:
+def read_questions(uri: str, fmt: Optional[str] = None, s3=None) -> Iterator[QuestionOrError]:
     fmt = fmt or detect_format(uri)
     if fmt == "parquet":
         import pyarrow.parquet as pq
@@ -81,13 +77,13 @@ def read_questions(uri: str, fmt: Optional[str] = None, s3=None) -> Iterator[Uni
                 if not isinstance(rec, dict):
                     raise ValueError("not a JSON object")
             except ValueError as e:
-                yield {**error_record(None, None, f"line {line}: unreadable JSON ({e})"), "line": line}
+                yield InputError(f"line {line}: unreadable JSON ({e})", line)
                 continue
             yield _safe(rec, line)
 
 
-def _safe(rec: dict, line: int) -> Union[Question, dict]:
+def _safe(rec: dict, line: int) -> QuestionOrError:
     try:
         return question_from_record(rec, line)
     except Exception as e:  # e.g. a filters column that is not JSON
-        return {**error_record(None, None, f"line {line}: {type(e).__name__}: {e}"), "line": line}
+        return InputError(f"line {line}: {type(e).__name__}: {e}", line)
