@@ -68,6 +68,7 @@ class EmbedConfig(_Strict):
     tokenizer_path: Optional[str] = None
     model_id: Optional[str] = None
     max_length: int = Field(256, ge=8, le=512)
+    dim: Optional[int] = Field(None, ge=1, le=65536)  # vector dimension; unset: read from the model
     batch_size: int = Field(8, ge=1, le=1024)
     intra_op_threads: int = Field(0, ge=0, le=256)
 

@@ -61,6 +61,8 @@ class QAEngine:
         self.meta = read_meta(self.con)
         self.dense = DenseIndex.from_artifact(self.con)
         self.dense_mode = choose_dense_mode(self.dense.n, cfg.retrieve.mode)
+        if self.dense_mode == "hnsw" and not self.meta.get("hnsw", True):
+            self.dense_mode = "exact"  # built without the index (index-time mode): exact is the same answer
         self.bm25 = BM25Index(self.con)
         self.masks = FilterMasks(self.con)
         self.embedder = embedder or Embedder(spec)
