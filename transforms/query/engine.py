@@ -70,10 +70,13 @@ class QAEngine:
         # them. ~1.5 KB a sentence, so 200k entries stay near 300 MB before a reset.
         self.sentence_vectors = VectorCache(max_entries=200_000)
         r = cfg.rerank
+        fusion = {"fusion": r.fusion} if r.fusion else {}
         if r.kind == "embedding":
-            self.reranker = make_reranker("embedding", embedder=self.embedder, rrf_k=cfg.retrieve.rrf_k)
+            self.reranker = make_reranker("embedding", embedder=self.embedder, rrf_k=cfg.retrieve.rrf_k,
+                                          top_sentences=r.top_sentences, chunk_weight=r.chunk_weight, **fusion)
         elif r.kind == "cross_encoder":
-            self.reranker = make_reranker("cross_encoder", model_dir=r.model_dir)
+            self.reranker = make_reranker("cross_encoder", model_dir=r.model_dir, rrf_k=cfg.retrieve.rrf_k,
+                                          **fusion)
         else:
             self.reranker = make_reranker("none")
         a = cfg.answer

@@ -14,9 +14,6 @@ from transforms.common import storage
 from transforms.common.s3 import is_s3
 from transforms.query.engine import Question, error_record
 
-FORMATS = ("jsonl", "csv", "parquet")
-
-
 def detect_format(uri: str) -> str:
     lower = uri.lower()
     for ext, fmt in ((".jsonl", "jsonl"), (".ndjson", "jsonl"), (".json", "jsonl"), (".csv", "csv"),
