@@ -11,9 +11,11 @@ setup(
     version="0.1.0",
     description="Batch dataflow RAG: index documents from object storage, answer question files offline.",
     python_requires=">=3.10",
+    # model_files/ (tokenizer.json) is a data-only folder: listed as a package so setuptools
+    # ships it without its "installing ... as data is deprecated" warning.
     packages=find_packages(include=["pipelines", "pipelines.*", "transforms", "transforms.*",
-                                    "configs", "configs.*"]),
-    package_data={"configs": ["*.yaml"], "transforms.model": ["model_files/*"]},
+                                    "configs", "configs.*"]) + ["transforms.model.model_files"],
+    package_data={"configs": ["*.yaml"], "transforms.model.model_files": ["*"]},
     include_package_data=True,
     install_requires=[
         "apache-beam[aws]==2.77.0",  # pins numpy<2.5 and pyarrow<26

@@ -17,7 +17,10 @@ def bench_index(cfg, data: Dataset, n_docs: int, work: str, report: Report) -> d
 
     corpus = write_corpus(data.take(n_docs), os.path.join(work, "corpus-index"))
     index_dir = os.path.join(work, "index")  # fresh: no embedding cache to hit
-    s = run_index(cfg, corpus, index_dir, progress=False, log=quiet)
+    # The HNSW benchmarks need the index, which `retrieve.mode: auto` skips below 200k chunks;
+    # the answer side still decides its own mode (auto: exact here), as before.
+    index_cfg = cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update={"mode": "hnsw"})})
+    s = run_index(index_cfg, corpus, index_dir, progress=False, log=quiet)
     version_dir = resolve_index(index_dir)
     if s.get("cache_hits"):
         raise RuntimeError(f"index bench hit the embedding cache ({s['cache_hits']} chunks): not a fresh index")

@@ -68,6 +68,7 @@ class EmbedConfig(_Strict):
     tokenizer_path: Optional[str] = None
     model_id: Optional[str] = None
     max_length: int = Field(256, ge=8, le=512)
+    dim: Optional[int] = Field(None, ge=1, le=65536)  # vector dimension; unset: read from the model
     batch_size: int = Field(8, ge=1, le=1024)
     intra_op_threads: int = Field(0, ge=0, le=256)
 
@@ -89,7 +90,6 @@ class ArtifactConfig(_Strict):
 
 class IndexConfig(_Strict):
     keep_versions: int = Field(3, ge=1, le=1000)
-    shard_rows: int = Field(50000, ge=100)
 
 
 class RetrieveConfig(_Strict):
@@ -106,6 +106,11 @@ class RerankConfig(_Strict):
     kind: Literal["embedding", "cross_encoder", "none"] = "none"
     model_dir: Optional[str] = None  # for cross_encoder: model.onnx + tokenizer.json
     top_n: int = Field(20, ge=1, le=1000)
+    # How the rerank order folds back into the first-stage order; unset: the reranker's own
+    # default (rrf for embedding, none for cross_encoder).
+    fusion: Optional[Literal["rrf", "blend", "none"]] = None
+    top_sentences: int = Field(1, ge=1, le=20)  # embedding: mean of the best N sentence cosines
+    chunk_weight: float = Field(0.0, ge=0)  # embedding: weight of the whole chunk's cosine
 
 
 class AnswerConfig(_Strict):

@@ -18,20 +18,20 @@ import apache_beam as beam
 from configs.schema import Config
 from pipelines.options import pipeline_options
 from transforms.index import publish
-from transforms.ingest.chunk import DOCUMENTS, ChunkFn, ChunkSettings
-from transforms.ingest.contextualize import ContextualizeFn
+from transforms.ingest.chunk import DOCUMENTS, ChunkDocuments, ChunkSettings
+from transforms.ingest.contextualize import Contextualize
 from transforms.ingest.dedupe import DedupeByContent, DedupeDocuments
-from transforms.ingest.embed import EmbedChunksFn, ModelSpec, model_spec_from_config
-from transforms.ingest.embed_cache import CACHE_SCHEMA, NEW_ENTRIES_DIR, commit_new_entries, namespace_dir
+from transforms.ingest.embed import EmbedChunks, EmbedChunksFn, ModelSpec, model_spec_from_config
+from transforms.ingest.embed_cache import NEW_ENTRIES_DIR, cache_schema, commit_new_entries, namespace_dir
 from transforms.index.incremental import (SOURCES_READ_DIR, Plan as IndexPlan, load_live, make_plan, processing_key,
                                     write_sources_and_carry)
 from transforms.common.counters import DEAD_LETTER, read_counters
 from transforms.common.fault_injection import kill_point
 from transforms.common.s3 import export_to_environment, settings_from_config
-from transforms.ingest.parse.dofn import ParseFn
-from transforms.ingest.read import ListedObject, ReadObjectsFn, list_objects
-from transforms.records import (CHUNK_SCHEMA, DEAD_LETTER_SCHEMA, DOCUMENT_SCHEMA, SOURCE_SCHEMA, Chunk,
-                                RawObject, dead_letter_row)
+from transforms.ingest.parse import ParseObjects
+from transforms.ingest.read import ListedObject, ReadSource, list_objects
+from transforms.records import (DEAD_LETTER_SCHEMA, DOCUMENT_SCHEMA, SOURCE_SCHEMA, RawObject, chunk_schema,
+                                dead_letter_row)
 from transforms.index.shards import CHUNKS_DIR, DEAD_LETTERS_DIR, DOCUMENTS_DIR, WriteShards
 
 PIPELINE_VERSION = "1"
@@ -49,34 +49,28 @@ def source_row(raw: RawObject) -> dict:
 
 def build_index_pipeline(p: beam.Pipeline, plan: IndexPlan, out_dir: str, cfg: Config, spec: ModelSpec,
                          indexed_at: datetime.datetime, cache_dir: Optional[str], progress: bool = False) -> None:
-    """The Beam graph. Every step has a stable label (runners key state and metrics on them)."""
+    """The Beam graph: one typed composite per stage (transforms/common/stage.py). Every step
+    has a stable label (runners key state and metrics on them)."""
     settings = chunk_settings(cfg, spec)
     acl_rules = tuple((r.prefix, tuple(r.groups)) for r in cfg.acl)
 
     listed = (p | "ListSource" >> beam.Create(plan.to_read).with_output_types(ListedObject)
                 | "SpreadReads" >> beam.Reshuffle())
-    read = listed | "Read" >> beam.ParDo(ReadObjectsFn(settings_from_config(cfg), cfg.source.max_object_bytes)
-                                         ).with_outputs(DEAD_LETTER, main="objects")
+    read = listed | "Read" >> ReadSource(settings_from_config(cfg), cfg.source.max_object_bytes)
     raws = read.objects
     (raws | "SourceRows" >> beam.Map(source_row).with_output_types(dict)
           | "WriteSourcesRead" >> WriteShards(os.path.join(out_dir, SOURCES_READ_DIR), SOURCE_SCHEMA))
     uniques = raws | "DedupeByContent" >> DedupeByContent(plan.extra_copies(), plan.known_rep)
-    parsed = uniques | "Parse" >> beam.ParDo(ParseFn(acl_rules)).with_outputs(DEAD_LETTER, main="documents")
+    parsed = uniques | "Parse" >> ParseObjects(acl_rules)
     documents = parsed.documents | "DedupeDocuments" >> DedupeDocuments()
-    chunked = documents | "Chunk" >> beam.ParDo(
-        ChunkFn(settings, spec.tokenizer_path)).with_outputs(DOCUMENTS, DEAD_LETTER, main="chunks")
-    chunks = chunked.chunks | "Contextualize" >> beam.ParDo(
-        ContextualizeFn(cfg.contextualize.kind, settings.context_tokens, spec.tokenizer_path)
-    ).with_output_types(Chunk)
-    embedded = (chunks
-                | "BatchForEmbedding" >> beam.BatchElements(min_batch_size=cfg.embed.batch_size,
-                                                            max_batch_size=cfg.embed.batch_size * 8)
-                | "Embed" >> beam.ParDo(EmbedChunksFn(spec, cfg.embed.batch_size, indexed_at, cache_dir,
-                                                      progress_every_s=5.0 if progress else 0.0))
-                .with_outputs(EmbedChunksFn.NEW_EMBEDDINGS, main="rows"))
-    embedded.rows | "WriteChunks" >> WriteShards(os.path.join(out_dir, CHUNKS_DIR), CHUNK_SCHEMA)
+    chunked = documents | "Chunk" >> ChunkDocuments(settings, spec.tokenizer_path)
+    chunks = chunked.chunks | "Contextualize" >> Contextualize(cfg.contextualize.kind, settings.context_tokens,
+                                                               spec.tokenizer_path)
+    embedded = chunks | "Embed" >> EmbedChunks(spec, cfg.embed.batch_size, indexed_at, cache_dir,
+                                               progress_every_s=5.0 if progress else 0.0)
+    embedded.rows | "WriteChunks" >> WriteShards(os.path.join(out_dir, CHUNKS_DIR), chunk_schema(spec.dim))
     embedded[EmbedChunksFn.NEW_EMBEDDINGS] | "WriteNewEmbeddings" >> WriteShards(
-        os.path.join(out_dir, NEW_ENTRIES_DIR), CACHE_SCHEMA)
+        os.path.join(out_dir, NEW_ENTRIES_DIR), cache_schema(spec.dim))
     chunked[DOCUMENTS] | "WriteDocuments" >> WriteShards(os.path.join(out_dir, DOCUMENTS_DIR), DOCUMENT_SCHEMA)
     ((read[DEAD_LETTER], parsed[DEAD_LETTER], chunked[DEAD_LETTER])
      | "FlattenDeadLetters" >> beam.Flatten()

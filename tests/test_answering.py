@@ -14,7 +14,7 @@ from transforms.query.answer import (EXTRACTIVE_NOT_FOUND, GENERATOR_NOT_FOUND, 
                                AnswerResult, BedrockClient, ExtractiveAnswerer,
                                GeneratorAnswerer, OpenAICompatibleClient, build_prompt)
 from transforms.query.cite import check_citations, parse_citations
-from transforms.query.fuse import rrf_fuse, rrf_fuse_batch
+from transforms.query.fuse import rrf_fuse
 from transforms.query.rerank import (NoReranker, OnnxCrossEncoderReranker, SentenceEmbeddingReranker,
                                VectorCache, make_reranker, relevance_logit)
 from transforms.model.tokens import default_tokenizer_path
@@ -87,23 +87,6 @@ def test_rrf_ties_are_deterministic():
     assert order.index("z") < order.index("a")
     # A repeat inside one list counts once, at its best rank.
     assert dict(rrf_fuse({"x": ["a", "a", "b"]}))["a"] == pytest.approx(1 / 61)
-
-
-def test_rrf_batch_matches_scalar():
-    rng = np.random.default_rng(0)
-    dense = np.stack([rng.permutation(40)[:10] for _ in range(25)])
-    bm25 = np.stack([rng.permutation(40)[:8] for _ in range(25)])
-    bm25[3, 5:] = -1  # a ranker that returned fewer
-    bm25[4, 2] = bm25[4, 0]  # a repeat
-    ids, scores = rrf_fuse_batch({"dense": dense, "bm25": bm25}, k=60,
-                                 weights={"dense": 1.0, "bm25": 0.7}, top_n=12)
-    assert ids.shape == scores.shape == (25, 12)
-    for q in range(25):
-        ref = rrf_fuse({"dense": dense[q].tolist(), "bm25": [i for i in bm25[q].tolist() if i != -1]},
-                       k=60, weights={"dense": 1.0, "bm25": 0.7}, top_n=12)
-        got = [(int(i), float(s)) for i, s in zip(ids[q], scores[q]) if i != -1]
-        assert [i for i, _ in got] == [i for i, _ in ref]
-        assert np.allclose([s for _, s in got], [s for _, s in ref])
 
 
 # --- citations -------------------------------------------------------------------------

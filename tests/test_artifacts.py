@@ -14,7 +14,10 @@ from transforms.index.bm25 import bm25_tokens
 from transforms.query.retrieve import hnsw_recall_at_k
 from transforms.index.artifacts import (FTS_SCHEMA, build_artifact,
                                   open_artifact, read_meta)
-from transforms.records import CHUNK_SCHEMA, EMBEDDING_DIM
+from transforms.records import chunk_schema
+
+EMBEDDING_DIM = 384
+CHUNK_SCHEMA = chunk_schema(EMBEDDING_DIM)
 from transforms.query.retrieve import (BM25Index, DenseIndex, FilterMasks, build_filter_mask,
                                  choose_dense_mode, fetch_chunks, search_hnsw)
 
@@ -232,3 +235,23 @@ def test_build_without_hnsw(built, tmp_path):
         _, exact = dense.search(dense.matrix[:3], 5)
         _, brute = search_hnsw(con, dense.matrix[:3], 5)  # no index: DuckDB scans, still exact
         assert (exact == brute).all() and (exact[:, 0] == [0, 1, 2]).all()
+
+
+def test_build_takes_the_dimension_from_the_shards(tmp_path):
+    """A model with another vector size (ModelSpec.dim) builds and searches the same way."""
+    rng = np.random.default_rng(1)
+    rows = _rows(rng)[:40]
+    for r in rows:
+        v = rng.standard_normal(16).astype(np.float32)
+        r["embedding"] = (v / np.linalg.norm(v)).tolist()
+    f = str(tmp_path / "chunks.parquet")
+    pq.write_table(pa.Table.from_pylist(rows, schema=chunk_schema(16)), f)
+    db = str(tmp_path / "d16.duckdb")
+    build_artifact([f], db, with_hnsw=True)
+    with open_artifact(db) as con:
+        assert read_meta(con)["dim"] == 16
+        dense = DenseIndex.from_artifact(con)
+        assert dense.matrix.shape == (40, 16)
+        _, exact = dense.search(dense.matrix[:3], 5)
+        _, hnsw = search_hnsw(con, dense.matrix[:3], 5)
+        assert (exact[:, 0] == [0, 1, 2]).all() and (hnsw[:, 0] == [0, 1, 2]).all()

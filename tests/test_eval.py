@@ -207,7 +207,8 @@ def test_eval_cli_end_to_end(tiny, gated, capsys):
             assert m["recall@100"] == 1.0  # 30 documents: everything is retrieved
     assert report["stages"]["bm25"]["ndcg@10"] > 0.5
     assert report["stages"]["hybrid"]["ndcg@10"] > 0.5
-    assert report["hnsw_recall@10"] > 0.8
+    # 30 documents: retrieve.mode auto searches exactly, so no HNSW index was built to measure
+    assert report["hnsw_recall@10"] is None
     assert report["answers"]["gold_span_in_answer"] >= 0.5
     u = report["unanswerable"]
     assert u["gold_leaked"] == 0.0  # the mask really hid the gold documents

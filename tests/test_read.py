@@ -97,8 +97,10 @@ def test_settings_hide_secrets_and_pickle():
                    secret_access_key="wJalrXUtnFEMI")
     assert "AKIDEXAMPLE" not in repr(s) and "wJalrXUtnFEMI" not in str(s)
     assert s.region is None  # "${VAR:-}" in YAML gives ""
-    fn = pickle.loads(pickle.dumps(ReadObjectsFn(s)))  # what Beam ships to workers
-    assert fn._client is None and fn._s3 == s
+    shipped = pickle.dumps(ReadObjectsFn(s))  # what Beam ships to workers
+    assert b"AKIDEXAMPLE" not in shipped and b"wJalrXUtnFEMI" not in shipped  # keys stay in the driver
+    fn = pickle.loads(shipped)
+    assert fn._client is None and fn._s3.endpoint_url == s.endpoint_url and fn._s3.access_key_id is None
 
 
 # --- s3 ------------------------------------------------------------------------------
@@ -148,6 +150,8 @@ def test_dofn_in_pipeline(s3_server, corpus, s3_corpus):
     listed = list_objects(s3_corpus, s3_server.settings())
     missing = ListedObject(f"{s3_corpus}/gone.md", "gone.md", 3, 0.0)
     opts = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
+    from transforms.common.s3 import export_to_environment
+    export_to_environment(s3_server.settings())  # workers take keys from their environment, never the graph
     with beam.Pipeline(options=opts) as p:
         out = (p | beam.Create(listed + [missing])
                | beam.ParDo(ReadObjectsFn(s3_server.settings())).with_outputs(DEAD_LETTER, main="objects"))

@@ -17,8 +17,6 @@ import pyarrow as pa
 
 from transforms.common.text import embedding_text
 
-EMBEDDING_DIM = 384
-
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
@@ -114,7 +112,18 @@ class DeadLetter:
 
 # --- Arrow schemas -----------------------------------------------------------------
 
-CHUNK_SCHEMA = pa.schema([
+def chunk_schema(dim: int) -> pa.Schema:
+    """The chunks table for vectors of `dim` floats (ModelSpec.dim)."""
+    return pa.schema(_chunk_fields(dim))
+
+
+def embedding_dim(schema: pa.Schema) -> int:
+    """The vector dimension of a chunks (or embedding cache) table's `embedding` column."""
+    return schema.field("embedding").type.list_size
+
+
+def _chunk_fields(dim: int) -> list:
+    return [
     ("chunk_id", pa.string()),
     ("doc_id", pa.string()),
     ("content_hash", pa.string()),
@@ -127,14 +136,17 @@ CHUNK_SCHEMA = pa.schema([
     ("text", pa.string()),
     ("context", pa.string()),
     ("n_tokens", pa.int32()),
-    ("embedding", pa.list_(pa.float32(), EMBEDDING_DIM)),
+    ("embedding", pa.list_(pa.float32(), dim)),
     ("model_id", pa.string()),
     ("model_sha256", pa.string()),
     ("chunker_version", pa.string()),
     ("acl", pa.list_(pa.string())),
     ("metadata", pa.string()),  # JSON object
     ("indexed_at", pa.timestamp("s", tz="UTC")),
-])
+]
+
+
+CHUNK_COLUMNS = tuple(name for name, _ in _chunk_fields(1))
 
 DOCUMENT_SCHEMA = pa.schema([
     ("doc_id", pa.string()),
@@ -174,9 +186,9 @@ DEAD_LETTER_SCHEMA = pa.schema([
 
 def chunk_row(chunk: Chunk, embedding: list[float], model_id: str, model_sha256: str,
               indexed_at) -> dict:
-    """A Chunk plus its vector, as one row of CHUNK_SCHEMA."""
+    """A Chunk plus its vector, as one row of chunk_schema(dim)."""
     row = {f.name: getattr(chunk, f.name) for f in dataclasses.fields(chunk)
-           if f.name in CHUNK_SCHEMA.names}
+           if f.name in CHUNK_COLUMNS}
     row["metadata"] = json.dumps(chunk.metadata, sort_keys=True, default=str)
     # float32 numpy, not a list of Python floats: ~1.5 KB a row instead of ~12 KB while
     # the runner holds rows in memory; pyarrow converts it to fixed_size_list directly.

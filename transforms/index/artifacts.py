@@ -1,13 +1,14 @@
 """Build and open the DuckDB retrieval artifact: chunks + HNSW (vss) + BM25 (fts).
 
 One file holds everything the answer job needs:
-  chunks          every CHUNK_SCHEMA column plus chunk_no (0..n-1, ORDER BY chunk_id),
+  chunks          every chunk_schema(dim) column plus chunk_no (0..n-1, ORDER BY chunk_id),
                   the row number of a chunk in every matrix retrieve.py loads
   chunks_bm25     (chunk_no, bm25_text): context + text already tokenised by
                   bm25_tokens(), so fts only splits on spaces; the query side
                   runs the same function and the two can never drift apart
   fts_main_chunks_bm25.*  the fts index over chunks_bm25 (docs/terms/dict/stats)
-  artifact_meta   key -> JSON value: build stats, settings, hnsw recall
+  artifact_meta   key -> JSON value: build stats, settings (dim, hnsw: whether the HNSW
+                  index was built), hnsw recall
 """
 from __future__ import annotations
 
@@ -19,15 +20,20 @@ from typing import Any, Optional
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from transforms.index.bm25 import ANALYZER_VERSION, Analyzer
-from transforms.records import CHUNK_SCHEMA, EMBEDDING_DIM
+from transforms.records import CHUNK_COLUMNS, embedding_dim
 
 # SQL distance per vss metric: the ORDER BY must use the metric's own function
 # or the optimizer will not use the HNSW index.
 DISTANCE_FN = {"cosine": "array_cosine_distance", "l2sq": "array_distance",
                "ip": "array_negative_inner_product"}
 BM25_TABLE = "chunks_bm25"
+# BM25 settings, recorded in artifact_meta and read back by the query side (retrieve.BM25Index).
+BM25_STEMMER = "porter"
+BM25_K1 = 1.2
+BM25_B = 0.75
 FTS_SCHEMA = f"fts_main_{BM25_TABLE}"
 
 # --- extensions ----------------------------------------------------------------------
@@ -77,12 +83,13 @@ def read_meta(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
 def build_artifact(chunk_files: list[str], db_path: str, *, hnsw_m: int = 16,
                    hnsw_ef_construction: int = 128, hnsw_ef_search: int = 64,
                    metric: str = "cosine", threads: Optional[int] = None,
-                   stemmer: str = "porter", bm25_k1: float = 1.2, bm25_b: float = 0.75,
                    with_hnsw: bool = True) -> dict:
     """Build the artifact at db_path from Parquet chunk shards; returns the stats.
 
-    with_hnsw=False skips the index (the slowest part by far) for corpora that
-    retrieve.choose_dense_mode() will search exactly anyway."""
+    The vector dimension is the shards' own (FLOAT[ModelSpec.dim]). with_hnsw=False
+    skips the index (the slowest part by far) for corpora that
+    retrieve.choose_dense_mode() will search exactly anyway (transforms/index/build.py
+    decides); artifact_meta records it as `hnsw`, and the engine then searches exactly."""
     if metric not in DISTANCE_FN:
         raise ValueError(f"metric {metric!r} not in {sorted(DISTANCE_FN)}")
     if not chunk_files:
@@ -91,16 +98,17 @@ def build_artifact(chunk_files: list[str], db_path: str, *, hnsw_m: int = 16,
     for p in (tmp, tmp + ".wal"):  # leftovers of a crashed build
         if os.path.exists(p):
             os.remove(p)
+    dim = embedding_dim(pq.read_schema(chunk_files[0]))
     stats: dict[str, Any] = {}
     t_all = time.perf_counter()
     con = connect(tmp, threads=threads)
     try:
         t = time.perf_counter()
-        cols = ", ".join(f'"{n}"' for n in CHUNK_SCHEMA.names if n != "embedding")
+        cols = ", ".join(f'"{n}"' for n in CHUNK_COLUMNS if n != "embedding")
         con.execute(f"""
             CREATE TABLE chunks AS
             SELECT (row_number() OVER (ORDER BY chunk_id) - 1)::INTEGER AS chunk_no, {cols},
-                   embedding::FLOAT[{EMBEDDING_DIM}] AS embedding
+                   embedding::FLOAT[{int(dim)}] AS embedding
             FROM read_parquet(?) ORDER BY chunk_id""", [list(chunk_files)])
         n, n_ids = con.execute("SELECT count(*), count(DISTINCT chunk_id) FROM chunks").fetchone()
         if n == 0:
@@ -120,7 +128,7 @@ def build_artifact(chunk_files: list[str], db_path: str, *, hnsw_m: int = 16,
         t = time.perf_counter()
         rows = con.execute("SELECT chunk_no, coalesce(context, '') || '\n' || coalesce(text, '') "
                            "FROM chunks ORDER BY chunk_no").fetchall()
-        docs = Analyzer(con, stemmer).analyze([r[1] for r in rows])
+        docs = Analyzer(con, BM25_STEMMER).analyze([r[1] for r in rows])
         bm25 = pa.table({"chunk_no": pa.array([r[0] for r in rows], pa.int32()),
                          "bm25_text": pa.array([" ".join(d) for d in docs], pa.string())})
         del rows, docs
@@ -135,10 +143,10 @@ def build_artifact(chunk_files: list[str], db_path: str, *, hnsw_m: int = 16,
         stats["fts_s"] = time.perf_counter() - t
 
         stats["build_s"] = time.perf_counter() - t_all
-        write_meta(con, {**stats, "dim": EMBEDDING_DIM, "metric": metric, "hnsw": with_hnsw,
+        write_meta(con, {**stats, "dim": dim, "metric": metric, "hnsw": with_hnsw,
                          "hnsw_m": hnsw_m, "hnsw_ef_construction": hnsw_ef_construction,
-                         "hnsw_ef_search": hnsw_ef_search, "bm25_stemmer": stemmer,
-                         "bm25_k1": bm25_k1, "bm25_b": bm25_b,
+                         "hnsw_ef_search": hnsw_ef_search, "bm25_stemmer": BM25_STEMMER,
+                         "bm25_k1": BM25_K1, "bm25_b": BM25_B,
                          "bm25_analyzer": ANALYZER_VERSION, "duckdb_version": duckdb.__version__,
                          "chunk_files": len(chunk_files), "built_at": time.time()})
         con.execute("CHECKPOINT")

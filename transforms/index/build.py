@@ -11,7 +11,7 @@ import numpy as np
 
 from configs.schema import Config
 from transforms.index.artifacts import build_artifact, open_artifact, write_meta
-from transforms.query.retrieve import hnsw_recall_at_k
+from transforms.query.retrieve import choose_dense_mode, hnsw_recall_at_k
 from transforms.ingest.embed import Embedder, ModelSpec
 from transforms.common.sentences import split_sentences
 from transforms.index.shards import CHUNKS_DIR, read_table, shard_files
@@ -35,13 +35,24 @@ def recall_queries(version_dir: str, sample: int, seed: int = 0) -> list[str]:
     return out
 
 
+def needs_hnsw(chunk_files: list[str], cfg: Config) -> bool:
+    """Build the HNSW index only when the configured `retrieve.mode` searches it at this
+    row count (choose_dense_mode); small corpora are searched exactly and never use it."""
+    import pyarrow.parquet as pq
+    rows = sum(pq.read_metadata(f).num_rows for f in chunk_files)
+    return choose_dense_mode(rows, cfg.retrieve.mode) == "hnsw"
+
+
 def build_version_artifact(version_dir: str, cfg: Config, spec: ModelSpec,
                            embedder: Embedder | None = None) -> dict:
     db_path = os.path.join(version_dir, ARTIFACT_FILE)
     h = cfg.artifacts.hnsw
-    stats = build_artifact(shard_files(version_dir, CHUNKS_DIR), db_path, hnsw_m=h.m,
-                           hnsw_ef_construction=h.ef_construction, hnsw_ef_search=h.ef_search)
-    if cfg.artifacts.recall_sample:
+    files = shard_files(version_dir, CHUNKS_DIR)
+    with_hnsw = needs_hnsw(files, cfg)
+    stats = build_artifact(files, db_path, hnsw_m=h.m, hnsw_ef_construction=h.ef_construction,
+                           hnsw_ef_search=h.ef_search, with_hnsw=with_hnsw)
+    stats["hnsw"] = with_hnsw
+    if cfg.artifacts.recall_sample and with_hnsw:  # no index: exact search, nothing to measure
         if cfg.artifacts.recall_questions:
             from transforms.query.questions import read_questions
             queries = [q.question for q in read_questions(cfg.artifacts.recall_questions)

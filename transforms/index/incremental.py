@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from transforms.index import publish
 from transforms.ingest.read import ListedObject
-from transforms.records import CHUNK_SCHEMA, DEAD_LETTER_SCHEMA, DOCUMENT_SCHEMA, SOURCE_SCHEMA
+from transforms.records import DEAD_LETTER_SCHEMA, DOCUMENT_SCHEMA, SOURCE_SCHEMA, chunk_schema, embedding_dim
 from transforms.index.shards import CHUNKS_DIR, DEAD_LETTERS_DIR, DOCUMENTS_DIR, read_table, shard_files
 
 SOURCES_DIR = "sources"
@@ -198,7 +198,7 @@ def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = Non
     kept_pairs = [p for p in pairs if p in uris_by_doc]
     chunks = chunks.set_column(chunks.schema.get_field_index("source_uris"), "source_uris",
                                pa.array([uris_by_doc[p] for p in kept_pairs], pa.list_(pa.string())))
-    _write(chunks.cast(CHUNK_SCHEMA), out_dir, CHUNKS_DIR)
+    _write(chunks.cast(chunk_schema(embedding_dim(chunks.schema))), out_dir, CHUNKS_DIR)
     counts["carried_chunks"] = chunks.num_rows
 
     dead = read_table(live.version_dir, DEAD_LETTERS_DIR)

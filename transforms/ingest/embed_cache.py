@@ -17,9 +17,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transforms.records import EMBEDDING_DIM
 
-CACHE_SCHEMA = pa.schema([("key", pa.string()), ("embedding", pa.list_(pa.float32(), EMBEDDING_DIM))])
+
+def cache_schema(dim: int) -> pa.Schema:
+    """Cache entries for vectors of `dim` floats (ModelSpec.dim)."""
+    return pa.schema([("key", pa.string()), ("embedding", pa.list_(pa.float32(), dim))])
+
+
 NEW_ENTRIES_DIR = "embeddings_new"  # inside a staging version dir
 
 
@@ -40,13 +44,15 @@ class EmbeddingCache:
         self.vectors = vectors
 
     @classmethod
-    def load(cls, directory: Optional[str]) -> "EmbeddingCache":
+    def load(cls, directory: Optional[str], dim: int) -> "EmbeddingCache":
         files = sorted(glob.glob(os.path.join(directory, "*.parquet"))) if directory else []
         if not files:
-            return cls([], np.zeros((0, EMBEDDING_DIM), np.float32))
+            return cls([], np.zeros((0, dim), np.float32))
         table = pa.concat_tables([pq.read_table(f) for f in files])
         col = table.column("embedding").combine_chunks()
-        vectors = col.flatten().to_numpy(zero_copy_only=False).reshape(len(col), EMBEDDING_DIM)
+        if col.type.list_size != dim:  # the namespace folds in the model file, so this is a bug
+            raise ValueError(f"embedding cache {directory} holds {col.type.list_size}-d vectors, model has {dim}")
+        vectors = col.flatten().to_numpy(zero_copy_only=False).reshape(len(col), dim)
         return cls(table.column("key").to_pylist(), vectors)
 
     def __len__(self) -> int:

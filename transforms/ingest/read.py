@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
 
-from transforms.common.counters import DEAD_LETTER, NAMESPACE
+from transforms.common.counters import DEAD_LETTER
 from transforms.common.s3 import S3Settings, scheme as _scheme, split_s3_uri as _split_s3
-from transforms.records import DeadLetter, RawObject
+from transforms.common.stage import Outputs, StageFn
+from transforms.records import RawObject
 
 CHUNK_BYTES = 1 << 20
 
@@ -184,35 +184,58 @@ def _read_filesystems(listed: ListedObject, max_bytes: Optional[int] = None) -> 
         return _drain(listed, _file_chunks(f), max_bytes)
 
 
-class ReadObjectsFn(beam.DoFn):
+def read_source(listed: ListedObject, s3_client=None, max_bytes: Optional[int] = None) -> RawObject:
+    """The read stage function: one listed object -> its bytes, refusing what is over the limit."""
+    if max_bytes is not None and listed.size > max_bytes:
+        raise ValueError(f"object of {listed.size} bytes is larger than max_object_bytes={max_bytes}")
+    return read_object(listed, s3_client, max_bytes)
+
+
+class ReadObjectsFn(StageFn):
     """ListedObject -> RawObject; failures -> TaggedOutput("dead_letter", DeadLetter)."""
+    STAGE, FAILED = "read", "read_errors"
 
     def __init__(self, s3: Optional[S3Settings] = None, max_object_bytes: Optional[int] = None):
         self._s3 = s3
         self._max = max_object_bytes
         self._client = None
-        self.objects = Metrics.counter(NAMESPACE, "read_objects")
-        self.bytes = Metrics.counter(NAMESPACE, "read_bytes")
-        self.errors = Metrics.counter(NAMESPACE, "read_errors")
 
     def setup(self):
         # One client per DoFn instance, reused for every element (see module doc).
         self._client = (self._s3 or S3Settings()).client()
 
-    def process(self, listed: ListedObject):
+    def origin(self, listed: ListedObject) -> tuple[str, str]:
+        return listed.uri, ""  # nothing read, so no hash
+
+    def reason(self, error: Exception) -> str:
+        return f"{type(error).__name__}: {error}"[:1000]
+
+    def on_failure(self, listed: ListedObject, reason: str) -> None:
+        log.warning("read failed for %s: %s", listed.uri, reason)
+
+    def apply(self, listed: ListedObject, out: Outputs) -> None:
         if self._client is None:  # called without setup() (a unit test)
             self.setup()
-        try:
-            if self._max is not None and listed.size > self._max:
-                raise ValueError(f"object of {listed.size} bytes is larger than "
-                                 f"max_object_bytes={self._max}")
-            raw = read_object(listed, self._client, self._max)
-        except Exception as e:  # any failure is this object's, not the run's
-            self.errors.inc()
-            reason = f"{type(e).__name__}: {e}"[:1000]
-            log.warning("read failed for %s: %s", listed.uri, reason)
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(listed.uri, "", "read", reason))
-            return
-        self.objects.inc()
-        self.bytes.inc(raw.size)
-        yield raw
+        raw = read_source(listed, self._client, self._max)
+        out.count("read_objects")
+        out.count("read_bytes", raw.size)
+        out.emit(raw)
+
+
+class ReadSource(beam.PTransform):
+    """PCollection[ListedObject] -> outputs `objects` (RawObject) and DEAD_LETTER (DeadLetter).
+
+    Example:
+        read = listed | "Read" >> ReadSource(s3_settings, max_object_bytes=1 << 28)
+        read.objects | ...          # RawObject
+        read[DEAD_LETTER] | ...     # DeadLetter(uri, "", "read", reason)
+    """
+
+    def __init__(self, s3: Optional[S3Settings] = None, max_object_bytes: Optional[int] = None):
+        super().__init__()
+        self.s3, self.max_object_bytes = s3, max_object_bytes
+
+    def expand(self, listed):
+        return (listed
+                | "ReadObjects" >> beam.ParDo(ReadObjectsFn(self.s3, self.max_object_bytes))
+                .with_output_types(RawObject).with_outputs(DEAD_LETTER, main="objects"))

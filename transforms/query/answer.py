@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
 import numpy as np
@@ -36,9 +36,6 @@ class AnswerResult:
     n_invalid_citations: int = 0
     evidence_score: float = 0.0
     error: Optional[str] = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class Answerer(Protocol):

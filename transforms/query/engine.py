@@ -54,6 +54,8 @@ class QAEngine:
         self.meta = read_meta(self.con)
         self.dense = DenseIndex.from_artifact(self.con)
         self.dense_mode = choose_dense_mode(self.dense.n, cfg.retrieve.mode)
+        if self.dense_mode == "hnsw" and not self.meta.get("hnsw", True):
+            self.dense_mode = "exact"  # built without the index (index-time mode): exact is the same answer
         self.bm25 = BM25Index(self.con)
         self.masks = FilterMasks(self.con)
         ids = self.con.execute("SELECT doc_id, chunk_id FROM chunks ORDER BY chunk_no").fetchnumpy()
@@ -64,10 +66,13 @@ class QAEngine:
         # them. ~1.5 KB a sentence, so 200k entries stay near 300 MB before a reset.
         self.sentence_vectors = VectorCache(max_entries=200_000)
         r = cfg.rerank
+        fusion = {"fusion": r.fusion} if r.fusion else {}
         if r.kind == "embedding":
-            self.reranker = make_reranker("embedding", embedder=self.embedder, rrf_k=cfg.retrieve.rrf_k)
+            self.reranker = make_reranker("embedding", embedder=self.embedder, rrf_k=cfg.retrieve.rrf_k,
+                                          top_sentences=r.top_sentences, chunk_weight=r.chunk_weight, **fusion)
         elif r.kind == "cross_encoder":
-            self.reranker = make_reranker("cross_encoder", model_dir=r.model_dir)
+            self.reranker = make_reranker("cross_encoder", model_dir=r.model_dir, rrf_k=cfg.retrieve.rrf_k,
+                                          **fusion)
         else:
             self.reranker = make_reranker("none")
         a = cfg.answer

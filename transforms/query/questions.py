@@ -14,6 +14,7 @@ from transforms.common import storage
 from transforms.common.s3 import is_s3
 from transforms.query.records import InputError, Question, QuestionOrError
 
+
 def detect_format(uri: str) -> str:
     lower = uri.lower()
     for ext, fmt in ((".jsonl", "jsonl"), (".ndjson", "jsonl"), (".json", "jsonl"), (".csv", "csv"),

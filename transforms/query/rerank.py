@@ -35,10 +35,11 @@ class VectorCache:
     their sentences) and clears it past `max_entries` to bound memory.
     """
 
-    def __init__(self, max_entries: int = 0):
+    def __init__(self, max_entries: int = 0, dim: Optional[int] = None):
         self._vec: dict[str, np.ndarray] = {}
         self.max_entries = max_entries  # 0: unbounded (one batch)
         self.encode_calls = 0
+        self.dim = dim  # the embedder's ModelSpec.dim, learnt on the first ensure()
 
     def __contains__(self, text: str) -> bool:
         return text in self._vec
@@ -47,6 +48,9 @@ class VectorCache:
         return len(self._vec)
 
     def ensure(self, embedder, texts) -> None:
+        spec = getattr(embedder, "spec", None)
+        if spec is not None:
+            self.dim = spec.dim
         new = list(dict.fromkeys(t for t in texts if t not in self._vec))
         if not new:
             return
@@ -54,12 +58,13 @@ class VectorCache:
             self._vec.clear()
             new = list(dict.fromkeys(texts))
         vecs = np.asarray(embedder.encode(new), dtype=np.float32)
+        self.dim = vecs.shape[1]
         self.encode_calls += 1
         self._vec.update(zip(new, vecs))
 
     def matrix(self, texts: list[str]) -> np.ndarray:
         if not texts:
-            return np.zeros((0, 384), dtype=np.float32)
+            return np.zeros((0, self.dim or 0), dtype=np.float32)
         return np.stack([self._vec[t] for t in texts])
 
 

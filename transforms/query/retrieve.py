@@ -16,7 +16,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from transforms.index.artifacts import DISTANCE_FN, EMBEDDING_DIM, FTS_SCHEMA, read_meta
+from transforms.index.artifacts import DISTANCE_FN, FTS_SCHEMA, read_meta
 from transforms.index.bm25 import ANALYZER_VERSION, Analyzer
 
 EXACT_MAX_ROWS = 200_000
@@ -71,7 +71,7 @@ class DenseIndex:
         tbl = con.execute("SELECT embedding FROM chunks ORDER BY chunk_no").to_arrow_table()
         col = tbl.column(0).combine_chunks()
         flat = col.flatten().to_numpy(zero_copy_only=False)
-        return cls(flat.reshape(len(col), EMBEDDING_DIM))
+        return cls(flat.reshape(len(col), col.type.list_size))  # FLOAT[dim]: the model's ModelSpec.dim
 
     @property
     def n(self) -> int:
@@ -95,7 +95,7 @@ class DenseIndex:
 def _vec_sql(v: np.ndarray) -> str:
     # Inline literal: vss needs a constant vector to plan HNSW_INDEX_SCAN, and a
     # bound parameter measured ~4x slower.
-    return "[" + ",".join(repr(float(x)) for x in v) + f"]::FLOAT[{EMBEDDING_DIM}]"
+    return "[" + ",".join(repr(float(x)) for x in v) + f"]::FLOAT[{len(v)}]"
 
 
 def search_hnsw(con: duckdb.DuckDBPyConnection, qvecs: np.ndarray, top_n: int,

@@ -1,22 +1,30 @@
 """Raw bytes -> Documents: sniff the format from the content, then dispatch.
 
-Plain functions, no Beam. Every failure comes out as ParseError with a short reason,
-so the pipeline can dead-letter it.
+The stage function is `parse_unique` (plain, no Beam; every failure comes out as
+ParseError with a short reason); `ParseFn`/`ParseObjects` are its Beam wrapper
+(transforms/common/stage.py), which dead-letters failures.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import posixpath
 import re
 from typing import Callable, Optional
 
+import apache_beam as beam
+
+from transforms.common.counters import DEAD_LETTER
+from transforms.common.stage import Outputs, StageFn
 from transforms.ingest.parse.base import ParseError
-from transforms.records import Document, RawObject
+from transforms.records import Document, RawObject, UniqueObject
 
 PARSER_VERSION = "1"  # bump whenever parser output changes (forces re-indexing)
 
 __all__ = ["PARSER_VERSION", "ParseError", "sniff_format", "parse_object",
-           "parse_object_with_errors"]
+           "parse_object_with_errors", "acl_for", "parse_unique", "ParseFn", "ParseObjects"]
+
+AclRules = tuple[tuple[str, tuple[str, ...]], ...]  # (key prefix, groups)
 
 _MAN_EXT = re.compile(r"\.[1-9](?:[a-z]{1,6})?$")  # .1 .3 .3type .3const .2type .3head .8
 _ROFF_LINE = re.compile(r"^(?:\.(?:TH|SH|SS|PP|LP|TP|IP|B|I|BR|IR|so|nf|\\\")\b|'\\\"|\\\")",
@@ -128,3 +136,77 @@ def _describe(data: bytes) -> str:
         if data.startswith(sig):
             return name
     return f"{len(data)} bytes, not text"
+
+
+# --- the parse stage ------------------------------------------------------------------
+
+def acl_for(key: str, acl_rules: AclRules) -> list[str]:
+    """The groups of every rule whose prefix the key starts with (config `acl:`), in order."""
+    groups: list[str] = []
+    for prefix, rule_groups in acl_rules:
+        if key.startswith(prefix):
+            groups.extend(g for g in rule_groups if g not in groups)
+    return groups
+
+
+def parse_unique(unique: UniqueObject, acl_rules: AclRules = ()) -> tuple[list[Document], list[str]]:
+    """The parse stage function: one distinct content -> (documents, bad-record reasons).
+
+    Documents carry the file's hash as `source_hash` and, when they carry no ACL of
+    their own, the groups of the config's `acl:` rules for the representative key.
+    Raises ParseError when nothing usable came out."""
+    raw = unique.raw
+    docs, line_errors = parse_object_with_errors(raw, list(unique.source_uris))
+    acl = acl_for(raw.key, acl_rules)
+    out = []
+    for doc in docs:
+        doc = dataclasses.replace(doc, source_hash=raw.content_hash)
+        if acl and not doc.acl:
+            doc = dataclasses.replace(doc, acl=acl)
+        out.append(doc)
+    return out, line_errors
+
+
+class ParseFn(StageFn):
+    """Emits Documents; unparseable objects (and bad JSONL lines) go to DEAD_LETTER with the reason."""
+    STAGE, FAILED = "parse", "dead_lettered_parse"
+
+    def __init__(self, acl_rules: AclRules = ()):
+        self.acl_rules = acl_rules  # (key prefix, groups): ACL for files that carry none
+
+    def origin(self, unique: UniqueObject) -> tuple[str, str]:
+        return unique.raw.uri, unique.raw.content_hash
+
+    def reason(self, error: Exception) -> str:
+        # ParseError reasons are already short and name the format; anything else is a parser bug
+        return str(error) if isinstance(error, ParseError) else f"{type(error).__name__}: {error}"
+
+    def apply(self, unique: UniqueObject, out: Outputs) -> None:
+        docs, line_errors = parse_unique(unique, self.acl_rules)
+        out.count("parsed_objects")
+        out.note_progress("documents parsed")
+        for reason in line_errors:
+            out.count("dead_lettered_lines")
+            out.dead_letter(reason)
+        for doc in docs:
+            out.count("documents")
+            out.emit(doc)
+
+
+class ParseObjects(beam.PTransform):
+    """PCollection[UniqueObject] -> outputs `documents` (Document) and DEAD_LETTER (DeadLetter).
+
+    Example:
+        parsed = uniques | "Parse" >> ParseObjects(acl_rules=(("private/", ("staff",)),))
+        parsed.documents | ...      # Document
+        parsed[DEAD_LETTER] | ...   # DeadLetter(uri, hash, "parse", reason), one per bad JSONL line too
+    """
+
+    def __init__(self, acl_rules: AclRules = ()):
+        super().__init__()
+        self.acl_rules = acl_rules
+
+    def expand(self, uniques):
+        return (uniques
+                | "ParseObjects" >> beam.ParDo(ParseFn(self.acl_rules))
+                .with_output_types(Document).with_outputs(DEAD_LETTER, main="documents"))
