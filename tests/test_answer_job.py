@@ -166,16 +166,30 @@ def test_questions_from_s3_and_parquet_output(mini_index, test_config, s3_server
 
 
 def test_a_new_question_file_never_reuses_old_shards(mini_index, test_config, tmp_path):
+    """The same path, the same ids (so the same shards), the same number of lines, but other
+    questions: a finished run's shards are all still on disk, and only the _run.json
+    fingerprint tells this new job from a resumed one."""
     index_dir, _ = mini_index
     out = tmp_path / "answers.jsonl"
-    first = tmp_path / "first.jsonl"
-    first.write_text(json.dumps({"id": "a", "question": KNOWN[0][0]}) + "\n")
-    run_answer(test_config, str(index_dir), str(first), str(out), progress=False, log=lambda *_: None)
-    second = tmp_path / "second.jsonl"
-    second.write_text(json.dumps({"id": "b", "question": KNOWN[1][0]}) + "\n")
-    summary = run_answer(test_config, str(index_dir), str(second), str(out), progress=False, log=lambda *_: None)
+    qfile = tmp_path / "questions.jsonl"
+    ids = ["a", "b", "c"]
+    qfile.write_text("".join(json.dumps({"id": i, "question": KNOWN[n][0]}) + "\n" for n, i in enumerate(ids)))
+    first = run_answer(test_config, str(index_dir), str(qfile), str(out), progress=False, log=lambda *_: None)
+    written = sorted(p.name for p in (tmp_path / "answers.jsonl.parts").glob("shard-*"))
+    assert first["shards_skipped"] == 0 and written
+
+    new_questions = [KNOWN[n][0] for n in (3, 2, 1)]
+    qfile.write_text("".join(json.dumps({"id": i, "question": q}) + "\n" for i, q in zip(ids, new_questions)))
+    summary = run_answer(test_config, str(index_dir), str(qfile), str(out), progress=False, log=lambda *_: None)
     assert summary["shards_skipped"] == 0
-    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["b"]
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {r["id"]: r["question"] for r in recs} == dict(zip(ids, new_questions))
+
+    # Other settings (here: how many retrieved rows are written) are another job too.
+    cfg = test_config.model_copy(update={"output": test_config.output.model_copy(update={"retrieved_top_k": 3})})
+    summary = run_answer(cfg, str(index_dir), str(qfile), str(out), progress=False, log=lambda *_: None)
+    assert summary["shards_skipped"] == 0
+    assert all(len(json.loads(line)["retrieved"]) == 3 for line in out.read_text().splitlines())
 
 
 def test_trace_shows_every_stage_and_the_context(mini_index, test_config, tmp_path):

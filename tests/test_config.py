@@ -46,9 +46,62 @@ def test_env_override_of_one_key(tmp_path):
         load_config(write(tmp_path, ""), environ={"RAGBEAM__CHUNK__NOPE": "1"})
 
 
-def test_example_configs_validate(monkeypatch):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
-    monkeypatch.setenv("RAGBEAM_S3_ENDPOINT", "http://127.0.0.1:8333")
-    for path in DEFAULT_CONFIG.parent.glob("*.yaml"):
-        load_config(path)
+EXAMPLE_ENV = {"AWS_ACCESS_KEY_ID": "AKIA-example", "AWS_SECRET_ACCESS_KEY": "example-secret",
+               "RAGBEAM_S3_ENDPOINT": "http://127.0.0.1:8333"}
+
+
+def _example_expectations():
+    """Per shipped config: the values it exists to set (what a user copies it for)."""
+    return {
+        "default.yaml": lambda c: [
+            (c.runner.name, "DirectRunner"), (c.runner.direct_running_mode, "in_memory"),
+            (c.source.full_hash, False), ((c.chunk.chunk_tokens, c.chunk.overlap_tokens, c.chunk.context_tokens),
+                                          (200, 32, 40)),
+            (c.contextualize.kind, "title_path"), (c.embed.batch_size, 8), (c.artifacts.build, True),
+            ((c.artifacts.hnsw.m, c.artifacts.hnsw.ef_construction, c.artifacts.hnsw.ef_search), (16, 128, 64)),
+            (c.index.keep_versions, 3), (c.retrieve.mode, "auto"), (c.retrieve.rrf_k, 60),
+            (c.rerank.kind, "none"), (c.answer.kind, "extractive"), (c.answer.threshold, 0.55),
+            (c.output.format, "jsonl"), (c.output.retrieved_top_k, 10), (c.gate, None),
+            (c.s3.endpoint_url, None), (c.s3.access_key_id, None)],
+        "eval-rerank.yaml": lambda c: [
+            (c.runner.name, "DirectRunner"), (c.runner.direct_running_mode, "in_memory"),
+            (c.rerank.kind, "embedding"), (c.answer.threshold, 0.55)],
+        "local-s3.yaml": lambda c: [
+            (c.runner.name, "DirectRunner"), (c.s3.endpoint_url, "http://127.0.0.1:8333"),
+            (c.s3.region, "us-east-1"),  # ${AWS_REGION:-us-east-1} with AWS_REGION unset
+            (c.s3.access_key_id, "AKIA-example"), (c.s3.secret_access_key, "example-secret")],
+        "s3-dataflow.example.yaml": lambda c: [
+            (c.runner.name, "DataflowRunner"),
+            (c.runner.options, {"project": "my-gcp-project", "region": "europe-west1",
+                                "temp_location": "gs://my-bucket/tmp", "setup_file": "./setup.py",
+                                "max_num_workers": 20}),
+            (c.s3.endpoint_url, "http://127.0.0.1:8333"), (c.s3.region, "us-east-1"),
+            (c.s3.access_key_id, "AKIA-example"), (c.s3.secret_access_key, "example-secret"),
+            ((c.embed.batch_size, c.embed.intra_op_threads), (64, 1))],
+    }
+
+
+def test_example_configs_validate():
+    expectations = _example_expectations()
+    shipped = sorted(p.name for p in DEFAULT_CONFIG.parent.glob("*.yaml"))
+    assert shipped == sorted(expectations), "a shipped config without expectations here (or one gone)"
+    for name in shipped:
+        cfg = load_config(DEFAULT_CONFIG.parent / name, environ=EXAMPLE_ENV)
+        for got, want in expectations[name](cfg):
+            assert got == want, (name, got, want)
+
+
+def test_example_configs_name_the_variables_they_need():
+    # The S3 examples take their keys from the environment: without them they do not load,
+    # and the error names the key and the variable.
+    with pytest.raises(ConfigError, match="s3.access_key_id: environment variable AWS_ACCESS_KEY_ID is not set"):
+        load_config(DEFAULT_CONFIG.parent / "local-s3.yaml",
+                    environ={"RAGBEAM_S3_ENDPOINT": "http://x", "AWS_SECRET_ACCESS_KEY": "s"})
+    # The Dataflow example falls back to AWS itself (no endpoint) when none is given.
+    cfg = load_config(DEFAULT_CONFIG.parent / "s3-dataflow.example.yaml",
+                      environ={"AWS_ACCESS_KEY_ID": "AKIA-dataflow", "AWS_SECRET_ACCESS_KEY": "dataflow-secret"})
+    from transforms.common.s3 import settings_from_config
+    assert cfg.s3.endpoint_url == "" and settings_from_config(cfg).endpoint_url is None
+    assert cfg.s3.secret_access_key == "dataflow-secret"
+    for text in (repr(cfg), str(cfg), repr(settings_from_config(cfg))):  # keys are masked in reprs
+        assert "dataflow-secret" not in text and "AKIA-dataflow" not in text

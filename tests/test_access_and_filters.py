@@ -1,0 +1,175 @@
+"""Who sees what: config `acl:` prefix rules, question `acl` and `filters` (JSONL and CSV)
+through the answer job, and the same masks through HNSW search (`retrieve.mode: hnsw`)."""
+import csv
+import json
+
+import pytest
+
+from pipelines.answer import run_answer
+from transforms.index import publish
+from transforms.index.shards import read_table
+from transforms.ingest.embed import model_spec_from_config
+from transforms.query.engine import QAEngine, Question
+
+FILES = ["man/man3/fnmatch.3", "nodejs/api/punycode.md", "records/faq.jsonl"]
+MAN_Q = "Which C function matches a filename against a wildcard pattern?"
+ERR_Q = "What does error ERR_CONN_4042 mean?"
+
+
+def quiet(*_):
+    pass
+
+
+@pytest.fixture(scope="module")
+def acl_index(test_config, tmp_path_factory):
+    """FILES indexed with two prefix rules: man/ -> devs, man/man3/ -> c-devs (both apply)."""
+    from configs.schema import AclRule
+    from pipelines.index import run_index
+    from tests.conftest import copy_corpus
+
+    cfg = test_config.model_copy(update={"acl": [AclRule(prefix="man/", groups=["devs"]),
+                                                 AclRule(prefix="man/man3/", groups=["c-devs"])]})
+    src = copy_corpus(tmp_path_factory.mktemp("acl-src"), FILES)
+    index_dir = tmp_path_factory.mktemp("acl-index")
+    summary = run_index(cfg, str(src), str(index_dir), progress=False, log=quiet)
+    assert summary["balanced"]
+    chunks = {r["chunk_id"]: r for r in read_table(publish.resolve_index(str(index_dir)), "chunks").to_pylist()}
+    for r in chunks.values():
+        r["meta"] = json.loads(r["metadata"])
+    return cfg, index_dir, chunks
+
+
+def test_acl_prefix_rules_give_files_their_groups(acl_index):
+    _, _, chunks = acl_index
+    by_key = {}
+    for r in chunks.values():
+        by_key.setdefault(r["meta"]["key"], set()).add(tuple(r["acl"] or []))
+    assert by_key["man/man3/fnmatch.3"] == {("devs", "c-devs")}  # every matching rule, in order
+    assert by_key["nodejs/api/punycode.md"] == {()}  # no rule: public
+    # JSONL records keep their own acl; the others under records/ stay public
+    faq = {r["doc_id"]: tuple(r["acl"] or []) for r in chunks.values() if r["meta"]["key"] == "records/faq.jsonl"}
+    assert faq["faq-007"] == ("staff",) and faq["faq-001"] == ()
+
+
+def _engine(cfg, index_dir, **retrieve):
+    if retrieve:
+        cfg = cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update=retrieve)})
+    return QAEngine(publish.resolve_index(str(index_dir)), cfg, model_spec_from_config(cfg))
+
+
+def test_a_question_sees_prefix_acl_files_only_with_their_group(acl_index):
+    cfg, index_dir, chunks = acl_index
+    engine = _engine(cfg, index_dir)
+    try:
+        recs = engine.answer_batch([Question("none", MAN_Q), Question("other", MAN_Q, acl=["staff"]),
+                                    Question("devs", MAN_Q, acl=["devs"]),
+                                    Question("c-devs", MAN_Q, acl=["contractors", "c-devs"])], top_k=30)
+    finally:
+        engine.close()
+    keys = {r["id"]: [chunks[x["chunk_id"]]["meta"]["key"] for x in r["retrieved"]] for r in recs}
+    for qid in ("none", "other"):
+        assert keys[qid] and "man/man3/fnmatch.3" not in keys[qid], qid
+    for qid in ("devs", "c-devs"):
+        assert keys[qid][0] == "man/man3/fnmatch.3", (qid, keys[qid][:3])
+    devs = [r for r in recs if r["id"] == "devs"][0]
+    assert devs["status"] == "answered" and \
+        any(chunks[c["chunk_id"]]["meta"]["key"] == "man/man3/fnmatch.3" for c in devs["citations"])
+
+
+# --- question acl and filters through the answer job, JSONL and CSV --------------------------
+
+QUESTIONS = [  # id, question, acl, filters
+    ("pub", MAN_Q, None, None),
+    ("dev", MAN_Q, ["devs"], None),
+    ("compliance", ERR_Q, None, {"product": "compliance"}),
+    ("staff-ops", "Who is called for severity-1 incidents?", ["staff", "devs"], {"product": "operations"}),
+    ("man-only", ERR_Q, ["devs"], {"format": "man"}),
+]
+
+
+def _visible(chunk, acl, filters):
+    if chunk["acl"] and not set(chunk["acl"]) & set(acl or []):
+        return False
+    return all(chunk["meta"].get(k) == v for k, v in (filters or {}).items())
+
+
+def _check_answers(recs, chunks):
+    by_id = {r["id"]: r for r in recs}
+    assert sorted(by_id) == sorted(q[0] for q in QUESTIONS)
+    for qid, _, acl, filters in QUESTIONS:
+        r = by_id[qid]
+        assert r["status"] != "error", r
+        assert r["retrieved"], qid
+        for x in r["retrieved"] + r["citations"]:
+            assert _visible(chunks[x["chunk_id"]], acl, filters), (qid, chunks[x["chunk_id"]]["meta"])
+    keys = lambda qid: [x["source"].rsplit("/corpus/", 1)[-1] for x in by_id[qid]["retrieved"]]  # noqa: E731
+    assert not any(k.endswith("fnmatch.3") for k in keys("pub"))
+    assert keys("dev")[0].endswith("man/man3/fnmatch.3")
+    # the filter keeps out the document that answers the question
+    assert "faq-001" not in {x["doc_id"] for x in by_id["compliance"]["retrieved"]}
+    assert {x["doc_id"] for x in by_id["staff-ops"]["retrieved"]} == {"faq-008"}  # staff + operations
+    assert all(k.endswith("fnmatch.3") for k in keys("man-only"))
+
+
+def test_question_acl_and_filters_through_the_answer_job_jsonl_and_csv(acl_index, tmp_path):
+    cfg, index_dir, chunks = acl_index
+    jsonl = tmp_path / "q.jsonl"
+    with open(jsonl, "w") as f:
+        for qid, q, acl, filters in QUESTIONS:
+            rec = {"id": qid, "question": q}
+            rec.update({"acl": acl} if acl else {})
+            rec.update({"filters": filters} if filters else {})
+            f.write(json.dumps(rec) + "\n")
+    qcsv = tmp_path / "q.csv"
+    with open(qcsv, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "question", "acl", "filters"])
+        for qid, q, acl, filters in QUESTIONS:  # CSV: groups joined by ';', filters as JSON
+            w.writerow([qid, q, ";".join(acl or []), json.dumps(filters) if filters else ""])
+
+    outs = {}
+    for name, qfile in (("jsonl", jsonl), ("csv", qcsv)):
+        out = tmp_path / f"answers-{name}.jsonl"
+        s = run_answer(cfg, str(index_dir), str(qfile), str(out), progress=False, log=quiet)
+        assert s["errors"] == 0 and s["questions_written"] == len(QUESTIONS)
+        outs[name] = [json.loads(line) for line in out.read_text().splitlines()]
+        _check_answers(outs[name], chunks)
+    strip = lambda recs: sorted((r["id"], r["answer"], json.dumps(r["retrieved"])) for r in recs)  # noqa: E731
+    assert strip(outs["csv"]) == strip(outs["jsonl"])  # the same questions, whatever the file format
+
+
+# --- retrieve.mode: hnsw with per-question masks ---------------------------------------------
+
+def test_hnsw_mode_applies_each_questions_mask(acl_index, monkeypatch):
+    import transforms.query.engine as engine_mod
+    from transforms.query.retrieve import build_filter_mask
+
+    cfg, index_dir, chunks = acl_index
+    calls = []
+    real = engine_mod.search_hnsw
+
+    def spy(con, qvecs, top_n, allowed=None, **kw):
+        calls.append(None if allowed is None else getattr(allowed, "shape", None))
+        return real(con, qvecs, top_n, allowed, **kw)
+
+    monkeypatch.setattr(engine_mod, "search_hnsw", spy)
+    qs = [Question(qid, q, acl=acl, filters=filters) for qid, q, acl, filters in QUESTIONS]
+    top = dict(dense_top_n=5, bm25_top_n=5, fused_top_n=30)
+    hnsw, exact = _engine(cfg, index_dir, mode="hnsw", **top), _engine(cfg, index_dir, mode="exact", **top)
+    try:
+        assert hnsw.dense_mode == "hnsw" and exact.dense_mode == "exact"
+        got, want = hnsw.retrieve(qs), exact.retrieve(qs)
+        masks = [build_filter_mask(hnsw.con, q.acl, q.filters) for q in qs]
+    finally:
+        hnsw.close()
+        exact.close()
+    assert calls == [(len(qs), len(chunks))]  # one HNSW search, one mask row per question
+    for q, mask, g, w in zip(qs, masks, got, want):
+        for c in g:
+            assert mask[c["chunk_no"]], (q.id, c["chunk_id"])
+            assert _visible(chunks[c["chunk_id"]], q.acl, q.filters), q.id
+        dense = sorted((c["dense_rank"], c["chunk_id"]) for c in g if c["dense_rank"])
+        # filtered rows never take a slot: the top 5 fill up whenever 5 rows are allowed
+        assert len(dense) == min(5, int(mask.sum())), (q.id, len(dense), int(mask.sum()))
+        # on a corpus this small HNSW finds the exact neighbours
+        assert dense == sorted((c["dense_rank"], c["chunk_id"]) for c in w if c["dense_rank"]), q.id
