@@ -9,7 +9,8 @@ from pipelines.answer import run_answer
 from transforms.index import publish
 from transforms.index.shards import read_table
 from transforms.ingest.embed import model_spec_from_config
-from transforms.query.engine import QAEngine, Question
+from transforms.query.engine import QAEngine
+from transforms.query.records import Question
 
 FILES = ["man/man3/fnmatch.3", "nodejs/api/punycode.md", "records/faq.jsonl"]
 MAN_Q = "Which C function matches a filename against a wildcard pattern?"
@@ -64,6 +65,7 @@ def test_a_question_sees_prefix_acl_files_only_with_their_group(acl_index):
         recs = engine.answer_batch([Question("none", MAN_Q), Question("other", MAN_Q, acl=["staff"]),
                                     Question("devs", MAN_Q, acl=["devs"]),
                                     Question("c-devs", MAN_Q, acl=["contractors", "c-devs"])], top_k=30)
+        recs = [r.to_row() for r in recs]
     finally:
         engine.close()
     keys = {r["id"]: [chunks[x["chunk_id"]]["meta"]["key"] for x in r["retrieved"]] for r in recs}
