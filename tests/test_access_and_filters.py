@@ -32,7 +32,9 @@ def acl_index(test_config, tmp_path_factory):
                                                  AclRule(prefix="man/man3/", groups=["c-devs"])]})
     src = copy_corpus(tmp_path_factory.mktemp("acl-src"), FILES)
     index_dir = tmp_path_factory.mktemp("acl-index")
-    summary = run_index(cfg, str(src), str(index_dir), progress=False, log=quiet)
+    # Built as for retrieve.mode: hnsw, so the artifact has the HNSW index the hnsw test searches.
+    build_cfg = cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update={"mode": "hnsw"})})
+    summary = run_index(build_cfg, str(src), str(index_dir), progress=False, log=quiet)
     assert summary["balanced"]
     chunks = {r["chunk_id"]: r for r in read_table(publish.resolve_index(str(index_dir)), "chunks").to_pylist()}
     for r in chunks.values():
