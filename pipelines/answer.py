@@ -143,6 +143,8 @@ def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress
 
     started = time.monotonic()
     version_dir = resolve_index(index)
+    if "://" not in questions and not os.path.isfile(questions):  # a clear error, not a Beam traceback
+        raise FileNotFoundError(f"questions not found: {questions}")
     spec = model_spec_from_config(cfg)
     from transforms.query.engine import check_model
     with open(os.path.join(version_dir, "manifest.json"), encoding="utf-8") as f:

@@ -87,6 +87,7 @@ def test_a_processing_key_change_re_indexes_everything(test_config, tmp_path):
     write(src / "a.txt", A)
     write(src / "b.txt", B)
     first = run_index(test_config, str(src), str(idx), progress=False, log=quiet)
+    assert first["added"] == 2
     before = {r["chunk_id"] for r in rows(idx, "chunks")}
     manifest_before = json.load(open(os.path.join(publish.resolve_index(str(idx)), "manifest.json")))
 
