@@ -13,6 +13,11 @@ from typing import Iterator, Optional, Union
 from transforms.common import storage
 from transforms.common.s3 import is_s3
 from transforms.query.engine import Question, error_record
+from transforms.query.validate import QuestionFieldError, parse_acl, parse_filters
+
+# One CSV field may be this long; a longer one makes that row an error record, not the file.
+MAX_FIELD_CHARS = 128 * 1024
+_CSV_HARD_LIMIT = 64 * 1024 * 1024  # csv's own limit, far above MAX_FIELD_CHARS
 
 FORMATS = ("jsonl", "csv", "parquet")
 
@@ -44,12 +49,12 @@ def question_from_record(rec: dict, line: int) -> Union[Question, dict]:
                                f"line {line}: missing id"), "line": line}
     if not isinstance(text, str) or not text.strip():
         return {**error_record(str(qid), None, f"line {line}: missing or empty question"), "line": line}
-    acl = rec.get("acl")
-    if isinstance(acl, str):  # CSV: groups separated by ';' or ','
-        acl = [g.strip() for g in acl.replace(";", ",").split(",") if g.strip()]
-    filters = rec.get("filters")
-    if isinstance(filters, str) and filters.strip():
-        filters = json.loads(filters)
+    try:
+        acl = parse_acl(rec.get("acl"))
+        filters = parse_filters(rec.get("filters"))
+    except QuestionFieldError as e:
+        return {**error_record(str(qid), text if isinstance(text, str) else None, f"line {line}: {e}"),
+                "line": line}
     meta = {k: v for k, v in rec.items() if k not in ("id", "_id", "question", "text", "acl", "filters")}
     return Question(id=str(qid), question=text.strip(), acl=list(acl) if acl else None,
                     filters=filters or None, metadata=meta or None, line=line)
@@ -70,8 +75,7 @@ def read_questions(uri: str, fmt: Optional[str] = None, s3=None) -> Iterator[Uni
     with _open_binary(uri, s3) as raw:
         text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
         if fmt == "csv":
-            for line, rec in enumerate(csv.DictReader(text), start=1):
-                yield _safe(rec, line)
+            yield from read_csv_questions(text)
             return
         for line, row in enumerate(text, start=1):
             if not row.strip():
@@ -90,4 +94,96 @@ def _safe(rec: dict, line: int) -> Union[Question, dict]:
     try:
         return question_from_record(rec, line)
     except Exception as e:  # e.g. a filters column that is not JSON
-        return {**error_record(None, None, f"line {line}: {type(e).__name__}: {e}"), "line": line}
+        return {**error_record(_id_of(rec), None, f"line {line}: {type(e).__name__}: {e}"), "line": line}
+
+
+def _id_of(rec) -> Optional[str]:
+    """The record's id when it has a usable one: an error record keeps it."""
+    try:
+        qid = rec.get("id", rec.get("_id")) if isinstance(rec, dict) else None
+    except Exception:
+        return None
+    if qid is None or isinstance(qid, (dict, list)) or str(qid).strip() == "":
+        return None
+    return str(qid)
+
+
+def read_csv_questions(text) -> Iterator[Union[Question, dict]]:
+    """CSV rows -> Questions or error records, numbered by the physical line they start on.
+
+    One bad row is one error record: a field over MAX_FIELD_CHARS, a row with more fields
+    than the header, a row csv cannot read. A quoted field that runs over several lines and
+    swallows lines shaped like rows (an unclosed quote) is reported: the row is an error, and
+    every swallowed line is an error record of its own (with its id), so rows in = records out.
+    """
+    consumed: list[str] = []
+
+    def lines():
+        for physical in text:
+            consumed.append(physical)
+            yield physical
+
+    old_limit = csv.field_size_limit()
+    csv.field_size_limit(_CSV_HARD_LIMIT)
+    try:
+        reader = csv.reader(lines())
+        try:
+            header = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            yield {**error_record(None, None, f"line 1: unreadable CSV header ({e})"), "line": 1}
+            return
+        header = [h.strip().lstrip("\ufeff") for h in header]
+        start = reader.line_num + 1
+        while True:
+            consumed.clear()
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as e:
+                yield {**error_record(None, None, f"line {start}: unreadable CSV row ({e})"), "line": start}
+                start = reader.line_num + 1
+                continue
+            end = reader.line_num
+            line, start = start, end + 1
+            if not row or not any(f.strip() for f in row):
+                continue
+            rec = dict(zip(header, row))
+            if len(row) > len(header):
+                yield {**error_record(_id_of(rec), None, f"line {line}: {len(row)} fields but the header "
+                                      f"has {len(header)}"), "line": line}
+                continue
+            long = [h for h, f in zip(header, row) if len(f) > MAX_FIELD_CHARS]
+            if long:
+                yield {**error_record(_id_of(rec) if "id" not in long else None, None,
+                                      f"line {line}: field {long[0]!r} is longer than {MAX_FIELD_CHARS} "
+                                      "characters"), "line": line}
+                continue
+            swallowed = _swallowed_rows(consumed[1:], len(header)) if end > line else []
+            if swallowed:
+                yield {**error_record(_id_of(rec), None,
+                                      f"line {line}: a quoted field runs over lines {line}-{end} and holds "
+                                      f"{len(swallowed)} line(s) shaped like rows (unclosed quote?)"), "line": line}
+                for offset, fields in swallowed:
+                    n = line + offset
+                    yield {**error_record(_id_of(dict(zip(header, fields))), None,
+                                          f"line {n}: swallowed by an unclosed quote on line {line}"), "line": n}
+                continue
+            yield _safe(rec, line)
+    finally:
+        csv.field_size_limit(old_limit)
+
+
+def _swallowed_rows(continuation: list[str], n_fields: int) -> list[tuple[int, list[str]]]:
+    """Continuation lines of a multi-line field that parse as a whole row of the file."""
+    out = []
+    for offset, physical in enumerate(continuation, start=1):
+        try:
+            fields = next(csv.reader([physical.rstrip("\r\n")]))
+        except (csv.Error, StopIteration):
+            continue
+        if len(fields) == n_fields and n_fields > 1 and fields[0].strip():
+            out.append((offset, fields))
+    return out
