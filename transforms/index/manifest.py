@@ -77,6 +77,9 @@ def format_summary(s: dict) -> str:
         f"changes      added {s.get('added', 0)}, changed {s.get('changed', 0)}, removed {s.get('removed', 0)},"
         f" carried over {s.get('carried_documents', 0)} documents / {s.get('carried_chunks', 0)} chunks",
         f"documents    {s['documents']}  (bad JSONL lines dead-lettered: {s['dead_lettered_lines']})",
+    ] + ([f"skipped      at listing, not indexed: " + ", ".join(f"{k} {v}" for k, v in
+                                                            sorted(s["skipped_at_listing"].items()))]
+         if s.get("skipped_at_listing") else []) + [
         f"chunks       {s['chunks']} chunked, {s['embedded']} embedded, {s['cache_hits']} from the embedding cache",
         f"time         {s['wall_s']:.1f} s wall, pipeline {s['pipeline_s']:.1f} s"
         f"  ({docs_rate:.1f} objects/s, {rate:.1f} chunks/s)",

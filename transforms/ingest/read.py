@@ -45,13 +45,19 @@ def _hidden(key: str) -> bool:
 
 # --- listing -----------------------------------------------------------------------
 
-def list_objects(input_uri: str, s3: Optional[S3Settings] = None) -> list[ListedObject]:
-    """Every object under input_uri (a folder/prefix, or one object), sorted by key."""
+def list_objects(input_uri: str, s3: Optional[S3Settings] = None, report: Optional[dict] = None,
+                 follow_outside: bool = False) -> list[ListedObject]:
+    """Every object under input_uri (a folder/prefix, or one object), sorted by key.
+
+    report: filled with {reason: [paths]} for local entries that are not listed (symbolic
+    links out of the root, dangling links, FIFOs/sockets/devices), so each one is counted."""
     scheme = _scheme(input_uri)
     if scheme == "s3":
         found = _list_s3(input_uri, (s3 or S3Settings()).client())
     elif scheme in ("", "file"):
-        found = _list_local(input_uri[len("file://"):] if scheme else input_uri)
+        from transforms.ingest.listing import list_local
+        found = list_local(input_uri[len("file://"):] if scheme else input_uri,
+                           report if report is not None else {}, follow_outside)
     else:
         found = _list_filesystems(input_uri)
     return sorted(found, key=lambda o: o.key)
@@ -202,6 +208,13 @@ class ReadObjectsFn(beam.DoFn):
     def process(self, listed: ListedObject):
         if self._client is None:  # called without setup() (a unit test)
             self.setup()
+        from transforms.ingest.listing import undecodable_name
+        if undecodable_name(listed.uri):  # e.g. bad\xffname.md: no text column can hold it
+            from transforms.ingest.listing import printable_uri
+            self.errors.inc()
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(
+                printable_uri(listed.uri), "", "read", "file name is not valid UTF-8"))
+            return
         try:
             if self._max is not None and listed.size > self._max:
                 raise ValueError(f"object of {listed.size} bytes is larger than "

@@ -30,6 +30,8 @@ def parse_acl(value: Any) -> Optional[list[str]]:
     for g in value:
         if not isinstance(g, str) or not g.strip():
             raise QuestionFieldError("acl must be a list of non-empty strings")
+        if g.strip().startswith("!"):
+            raise QuestionFieldError("acl group names may not start with '!' (reserved)")
         if len(g) > MAX_GROUP_CHARS:
             raise QuestionFieldError(f"acl group longer than {MAX_GROUP_CHARS} characters")
         groups.append(g.strip())

@@ -15,8 +15,9 @@ from transforms.common.counters import DEAD_LETTER, NAMESPACE  # noqa: E402
 class ParseFn(beam.DoFn):
     """Emits Documents; unparseable objects (and bad JSONL lines) go to DEAD_LETTER with the reason."""
 
-    def __init__(self, acl_rules: tuple[tuple[str, tuple[str, ...]], ...] = ()):
-        self.acl_rules = acl_rules  # (key prefix, groups): ACL for files that carry none
+    def __init__(self, acl_rules: tuple[tuple[str, tuple[str, ...]], ...] = (), acl_root=None):
+        self.acl_rules = acl_rules  # (key prefix, groups): what a path allows (transforms.ingest.acl)
+        self.acl_root = acl_root
         self.parsed = Metrics.counter(NAMESPACE, "parsed_objects")
         self.documents = Metrics.counter(NAMESPACE, "documents")
         self.failed = Metrics.counter(NAMESPACE, "dead_lettered_parse")
@@ -49,10 +50,10 @@ class ParseFn(beam.DoFn):
         for reason in line_errors:
             self.bad_lines.inc()
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(raw.uri, raw.content_hash, "parse", reason))
-        acl = self._acl_for(raw.key)
+        from transforms.ingest.acl import effective_acl, path_groups
+        allowed = path_groups(raw.uri, raw.key, self.acl_rules, self.acl_root)
         for doc in docs:
             doc = dataclasses.replace(doc, source_hash=raw.content_hash)
-            if acl and not doc.acl:
-                doc = dataclasses.replace(doc, acl=acl)
+            doc = dataclasses.replace(doc, acl=effective_acl(allowed, doc.acl))  # a record only narrows
             self.documents.inc()
             yield doc
