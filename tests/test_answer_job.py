@@ -172,6 +172,7 @@ def test_a_new_question_file_never_reuses_old_shards(mini_index, test_config, tm
     run_answer(test_config, str(index_dir), str(first), str(out), progress=False, log=lambda *_: None)
     second = tmp_path / "second.jsonl"
     second.write_text(json.dumps({"id": "b", "question": KNOWN[1][0]}) + "\n")
-    summary = run_answer(test_config, str(index_dir), str(second), str(out), progress=False, log=lambda *_: None)
+    summary = run_answer(test_config, str(index_dir), str(second), str(out), progress=False, log=lambda *_: None,
+                         overwrite=True)  # issue 12: without it a different job's output is refused
     assert summary["shards_skipped"] == 0
     assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["b"]
