@@ -395,7 +395,7 @@ def test_18_url_user_info_is_masked_in_error_records_and_the_manifest(hostile_ll
     assert r.status == "answered" and hostile_llm.auth[-1].startswith("Basic ")
     cfg = load_config(write(tmp_path, """
 answer: {kind: openai, base_url: 'http://bob:s3cr3tpw@llm.internal/v1', model: m}
-runner: {options: {sdk_container_password: hunter22, temp_location: 's3://k:v@b/tmp', project: p}}
+runner: {options: {s3_secret_access_key: hunter22, temp_location: 's3://k:v@b/tmp', project: p}}
 """), environ={})
     text = json.dumps(manifest_config(cfg))
     assert "s3cr3tpw" not in text and "hunter22" not in text and "k:v@" not in text
