@@ -187,18 +187,7 @@ def _expand_env(value: Any, where: str, environ) -> Any:
     return value
 
 
-SECRET_KEYS = {("s3", "access_key_id"), ("s3", "secret_access_key"), ("answer", "api_key")}
-_CREDENTIAL_NAME = re.compile(r"(secret|password|passwd|token|credential|api[_-]?key|access[_-]?key|private[_-]?key)",
-                              re.IGNORECASE)
-
-
-def is_secret_path(path: tuple) -> bool:
-    """A config key whose value must never be printed: the declared secrets, and any
-    runner.options entry whose name looks like a credential."""
-    keys = tuple(str(p) for p in path)
-    if keys[:2] in SECRET_KEYS:
-        return True
-    return len(keys) >= 3 and keys[:2] == ("runner", "options") and bool(_CREDENTIAL_NAME.search(keys[2]))
+from transforms.common.redact import SECRET_KEYS, is_secret_path  # noqa: E402,F401  (one list of secrets)
 
 
 def _field_wants_structure(path: list[str]) -> bool:

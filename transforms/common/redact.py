@@ -35,9 +35,22 @@ def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
     return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment)), parts.username, parts.password
 
 
+SECRET_KEYS = {("s3", "access_key_id"), ("s3", "secret_access_key"), ("answer", "api_key")}
+_CREDENTIAL_NAME = re.compile(r"(secret|password|passwd|token|credential|api[_-]?key|access[_-]?key|private[_-]?key)",
+                              re.IGNORECASE)
+
+
+def is_secret_path(path: tuple) -> bool:
+    """A config key whose value must never be printed: the declared secrets, and any
+    runner.options entry whose name looks like a credential."""
+    keys = tuple(str(p) for p in path)
+    if keys[:2] in SECRET_KEYS:
+        return True
+    return len(keys) >= 3 and keys[:2] == ("runner", "options") and bool(_CREDENTIAL_NAME.search(keys[2]))
+
+
 def mask_options(options: dict[str, Any]) -> dict[str, Any]:
     """runner.options for a manifest: credential-like names masked, URL user info masked."""
-    from configs.schema import is_secret_path
     out = {}
     for k, v in options.items():
         if is_secret_path(("runner", "options", k)):

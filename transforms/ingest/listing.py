@@ -36,8 +36,9 @@ def _inside(path: str, root_real: str) -> bool:
     return path == root_real or path.startswith(root_real.rstrip(os.sep) + os.sep)
 
 
-def list_local(path: str, report: dict, follow_outside: bool = False) -> Iterator:
-    from transforms.ingest.read import ListedObject
+def list_local(path: str, report: dict, follow_outside: bool = False, *, make) -> Iterator:
+    """make(uri, key, size, mtime): the listed-object constructor (transforms.ingest.read.ListedObject)."""
+    ListedObject = make
 
     def skip(reason: str, full: str) -> None:
         report.setdefault(reason, []).append(printable_uri(full))

@@ -57,7 +57,7 @@ def list_objects(input_uri: str, s3: Optional[S3Settings] = None, report: Option
     elif scheme in ("", "file"):
         from transforms.ingest.listing import list_local
         found = list_local(input_uri[len("file://"):] if scheme else input_uri,
-                           report if report is not None else {}, follow_outside)
+                           report if report is not None else {}, follow_outside, make=ListedObject)
     else:
         found = _list_filesystems(input_uri)
     return sorted(found, key=lambda o: o.key)
