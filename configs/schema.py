@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 CONFIG_DIR = Path(__file__).parent
 DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
@@ -28,8 +30,9 @@ class _Strict(BaseModel):
 
 class RunnerConfig(_Strict):
     # DirectRunner/FnApiRunner run in-process and never reach for Prism's download.
-    name: Literal["DirectRunner", "FnApiRunner", "DataflowRunner", "FlinkRunner", "SparkRunner",
-                  "PortableRunner", "PrismRunner"] = "DirectRunner"
+    # Any runner Beam knows by name (DataflowRunner, FlinkRunner, ...) or a fully qualified
+    # runner class (my.module.MyRunner); `options` are checked by Beam's own parser at load.
+    name: str = "DirectRunner"
     direct_running_mode: Literal["in_memory", "multi_threading", "multi_processing"] = "in_memory"
     direct_num_workers: int = Field(1, ge=1, le=256)
     options: dict[str, Any] = Field(default_factory=dict)  # extra Beam pipeline options, passed as --key=value
@@ -45,11 +48,17 @@ class S3Config(_Strict):
 class SourceConfig(_Strict):
     full_hash: bool = False  # re-hash every object even when size and mtime are unchanged
     max_object_bytes: int = Field(256 * 1024 * 1024, ge=1)
+    # Symbolic links whose target lies outside the input root are skipped (and counted) unless set.
+    follow_links_outside_root: bool = False
+    # ACL rule prefixes are matched against the key relative to this root (a folder or an
+    # s3:// prefix) when set; unset: against every '/'-boundary suffix of the object's URI.
+    root: Optional[str] = None
 
 
 class AclRule(_Strict):
-    prefix: str  # key prefix under the input root
-    groups: list[str]
+    prefix: str  # key prefix (see source.root for what the key is relative to)
+    # At least one group: an empty list would read as "public" downstream, so it is refused.
+    groups: list[Annotated[str, StringConstraints(min_length=1, strip_whitespace=True)]] = Field(min_length=1)
 
 
 class ChunkConfig(_Strict):
@@ -122,6 +131,12 @@ class AnswerConfig(_Strict):
     model: Optional[str] = None
     api_key: Optional[str] = Field(None, repr=False)
     region: Optional[str] = None
+    timeout_s: float = Field(30.0, gt=0, le=3600)  # one request to the generator backend
+    retries: int = Field(2, ge=0, le=10)  # extra attempts after a timeout or a retryable HTTP status
+    backoff_s: float = Field(1.0, ge=0, le=300)
+    # Seconds of generator time one worker may spend in total; after that its remaining
+    # questions become error records at once (None: no budget).
+    budget_s: Optional[float] = Field(3600.0, gt=0)
 
 
 class OutputConfig(_Strict):
@@ -177,21 +192,54 @@ def _expand_env(value: Any, where: str, environ) -> Any:
     return value
 
 
+from transforms.common.redact import SECRET_KEYS, is_secret_path  # noqa: E402,F401  (one list of secrets)
+
+
+def _field_wants_structure(path: list[str]) -> bool:
+    """Does the schema give this key a list/dict/model type (so an env value is parsed as YAML)?"""
+    import typing
+    model: Any = Config
+    ann: Any = None
+    for i, part in enumerate(path):
+        fields = getattr(model, "model_fields", None)
+        if fields is None or part not in fields:
+            return False
+        ann = fields[part].annotation
+        model = next((a for a in (ann, *typing.get_args(ann))
+                      if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if model is None and i < len(path) - 1:
+            return False  # e.g. runner.options.<name>: the value of a dict entry, a string
+    origins = {typing.get_origin(a) or a for a in (ann, *typing.get_args(ann))}
+    return bool(origins & {list, dict}) or model is not None
+
+
 def _apply_env_overrides(data: dict, environ) -> dict:
+    """RAGBEAM__SECTION__KEY=value. The value is a string, taken as written (no YAML: `abc #def`
+    stays whole and `null` stays "null"), unless the key's type is a list, a mapping or a section,
+    where it is parsed as YAML/JSON. Numbers and booleans are converted by the schema."""
     for name, value in environ.items():
         if not name.startswith("RAGBEAM__"):
             continue
         path = [p.lower() for p in name[len("RAGBEAM__"):].split("__") if p]
+        if not path:
+            continue
         node = data
         for part in path[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"{name}: {'.'.join(path)} does not name a config key")
-        node[path[-1]] = yaml.safe_load(value) if value.strip() else value
+        if _field_wants_structure(path) and value.strip():
+            try:
+                node[path[-1]] = yaml.safe_load(value)
+            except yaml.YAMLError:
+                raise ConfigError(f"{name}: {'.'.join(path)}: not valid YAML/JSON") from None
+        else:
+            node[path[-1]] = value
     return data
 
 
 def _format_error(source: str, err: ValidationError) -> str:
+    from transforms.common.redact import redact_text
     lines = []
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
@@ -200,9 +248,115 @@ def _format_error(source: str, err: ValidationError) -> str:
         else:
             msg = e["msg"]
             if "input" in e and e["type"] != "missing":
-                msg += f" (got {e['input']!r})"
+                if is_secret_path(tuple(e["loc"])):
+                    msg += " (value hidden: secret)"
+                else:
+                    msg += f" (got {redact_text(repr(e['input']))[:200]})"
         lines.append(f"{source}: {key}: {msg}")
     return "\n".join(lines)
+
+
+SPECIAL_TOKENS = 2  # [CLS] + [SEP]: what the embedding model adds to every input
+
+
+def _check_runner(cfg: "Config") -> list[str]:
+    """runner.name: a runner Beam knows, or a fully qualified class; runner.options: Beam's parser."""
+    errors = []
+    name = cfg.runner.name
+    if "." in name:
+        if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+", name):
+            errors.append(f"runner.name: not a runner name nor a fully qualified class (got {name!r})")
+    else:
+        from apache_beam.options.pipeline_options import StandardOptions
+        known = {p.rsplit(".", 1)[-1].lower(): p.rsplit(".", 1)[-1] for p in StandardOptions.ALL_KNOWN_RUNNERS}
+        known.setdefault("fnapirunner", "FnApiRunner")
+        if name.lower() not in known and name.lower() + "runner" not in known:
+            errors.append(f"runner.name: unknown runner {name!r}; one of {', '.join(sorted(known.values()))}, "
+                          "or a fully qualified runner class")
+    errors += validate_beam_options(cfg.runner.options)
+    return errors
+
+
+def validate_beam_options(options: dict) -> list[str]:
+    """Check runner.options with Beam's own PipelineOptions parser: unknown names and bad values
+    are reported like any other config error (credential-like values are never printed)."""
+    import argparse
+    import contextlib
+    import io
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+    errors = []
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    def all_subclasses(c):
+        for sub in c.__subclasses__():
+            yield sub
+            yield from all_subclasses(sub)
+    for cls in set(all_subclasses(PipelineOptions)):
+        with contextlib.suppress(Exception):
+            cls._add_argparse_args(parser)
+    known = {a.dest for a in parser._actions}
+    for key, value in sorted(options.items()):
+        where = f"runner.options.{key}"
+        shown = "(value hidden: secret)" if is_secret_path(("runner", "options", key)) else f"(got {value!r})"
+        if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", key):
+            errors.append(f"{where}: not a pipeline option name")
+            continue
+        if key not in known:
+            errors.append(f"{where}: not a Beam pipeline option")
+            continue
+        arg = (f"--{key}" if value is True else None) if isinstance(value, bool) else f"--{key}={value}"
+        if arg is None:
+            continue
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                parser.parse_known_args([arg])
+        except SystemExit:
+            lines = [ln for ln in err.getvalue().splitlines() if "error:" in ln]
+            reason = lines[-1].split("error:", 1)[1].strip() if lines else "rejected by Beam's parser"
+            if shown.startswith("(value hidden"):
+                reason = reason.split(":", 1)[0]
+            errors.append(f"{where}: {reason} {shown}")
+        except (argparse.ArgumentError, ValueError, TypeError) as e:
+            errors.append(f"{where}: {e} {shown}")
+    return errors
+
+
+def cross_field_errors(cfg: "Config") -> list[str]:
+    """Settings that validate one by one but cannot work together; each names its key."""
+    errors = []
+    c, e = cfg.chunk, cfg.embed
+    need = c.chunk_tokens + c.context_tokens + SPECIAL_TOKENS
+    if need > e.max_length:
+        errors.append(f"chunk.chunk_tokens: chunk_tokens {c.chunk_tokens} + context_tokens {c.context_tokens} "
+                      f"+ {SPECIAL_TOKENS} special tokens = {need} exceeds embed.max_length {e.max_length} "
+                      "(chunks would be cut or every document dead-lettered)")
+    if c.overlap_tokens >= c.chunk_tokens:
+        errors.append(f"chunk.overlap_tokens: {c.overlap_tokens} must be smaller than chunk.chunk_tokens "
+                      f"{c.chunk_tokens}")
+    rq = cfg.artifacts.recall_questions
+    if rq and "://" not in rq and not os.path.isfile(rq):
+        errors.append(f"artifacts.recall_questions: file not found: {rq}")
+    elif rq:
+        lower = rq.lower()
+        if not lower.endswith((".jsonl", ".ndjson", ".json", ".csv", ".parquet", ".pq")):
+            errors.append(f"artifacts.recall_questions: cannot tell the format of {rq} "
+                          "(expected .jsonl, .csv or .parquet)")
+    if cfg.gate is not None and "://" not in cfg.gate.dataset and not os.path.isdir(cfg.gate.dataset):
+        errors.append(f"gate.dataset: directory not found: {cfg.gate.dataset}")
+    if cfg.rerank.kind == "cross_encoder" and not cfg.rerank.model_dir:
+        errors.append("rerank.model_dir: required when rerank.kind is cross_encoder")
+    a = cfg.answer
+    if a.kind == "openai":
+        for key in ("base_url", "model"):
+            if not getattr(a, key):
+                errors.append(f"answer.{key}: required when answer.kind is openai")
+        if a.base_url and not re.match(r"https?://[^/\s]+", a.base_url):
+            from transforms.common.redact import mask_url
+            errors.append(f"answer.base_url: expected http(s)://host[:port]/... (got {mask_url(a.base_url)!r})")
+    if a.kind == "bedrock" and not a.model:
+        errors.append("answer.model: required when answer.kind is bedrock (a Bedrock model id)")
+    return errors
 
 
 def load_config(path: str | os.PathLike | None = None, environ=None) -> Config:
@@ -216,6 +370,8 @@ def load_config(path: str | os.PathLike | None = None, environ=None) -> Config:
         raise ConfigError(f"{source}: config file not found") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{source}: not valid YAML: {e}") from None
+    except (UnicodeDecodeError, IsADirectoryError, PermissionError) as e:
+        raise ConfigError(f"{source}: cannot read the config file: {type(e).__name__}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of sections at the top level")
     data = _apply_env_overrides(_expand_env(data, "", environ), environ)
@@ -226,4 +382,7 @@ def load_config(path: str | os.PathLike | None = None, environ=None) -> Config:
     if cfg.embed.model_path and not cfg.embed.model_sha256:
         raise ConfigError(f"{source}: embed.model_sha256: required when embed.model_path is set "
                           "(every model file is pinned by its sha256)")
+    errors = cross_field_errors(cfg) + _check_runner(cfg)
+    if errors:
+        raise ConfigError("\n".join(f"{source}: {e}" for e in errors))
     return cfg

@@ -137,9 +137,25 @@ def prepare_parts_dir(parts_dir: str, fingerprint: dict) -> None:
 
 
 def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress: bool = True,
-               beam_args: Optional[list[str]] = None, log=print, trace: bool = False) -> dict:
+               beam_args: Optional[list[str]] = None, log=print, overwrite: bool = False,
+               trace: bool = False) -> dict:
+    """One run per output at a time (an exclusive lock on `<output>.lock`); a finished output
+    of a different job is refused unless `overwrite`; the question file is checked whole first."""
+    from transforms.common.lock import exclusive_lock
+    from transforms.common.s3 import settings_from_config as s3_settings
+    from transforms.query.output_stats import check_question_file
+
+    check_question_file(questions, s3_settings(cfg))  # whole-file problems: before any pipeline
+    with exclusive_lock(output + ".lock", output):
+        return _run_answer(cfg, index, questions, output, progress=progress, beam_args=beam_args, log=log,
+                           overwrite=overwrite, trace=trace)
+
+
+def _run_answer(cfg: Config, index: str, questions: str, output: str, *, progress: bool,
+                beam_args: Optional[list[str]], log, overwrite: bool, trace: bool) -> dict:
     from transforms.common.counters import read_counters as counters
     from transforms.common.s3 import settings_from_config as s3_settings
+    from transforms.query.output_stats import count_output, refuse_foreign_output
 
     started = time.monotonic()
     version_dir = resolve_index(index)
@@ -151,7 +167,9 @@ def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress
         check_model(json.load(f), spec)  # refuse before any work, not in every worker
     shards, fmt = cfg.output.shards, cfg.output.format
     parts_dir = output + ".parts"
-    prepare_parts_dir(parts_dir, run_fingerprint(cfg, version_dir, questions))
+    fingerprint = run_fingerprint(cfg, version_dir, questions)
+    refuse_foreign_output(output, parts_dir, fingerprint, overwrite)
+    prepare_parts_dir(parts_dir, fingerprint)
     done = {s for s in range(shards) if os.path.exists(part_path(parts_dir, s, shards, fmt))}
     log(f"ragbeam answer: {questions} against {version_dir} "
         f"({len(done)}/{shards} shards already written)")
@@ -176,9 +194,12 @@ def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress
          | "WriteShard" >> beam.ParDo(WriteShardFn(parts_dir, shards, fmt)))
     stats = counters(p.result)
     n = join_parts(parts_dir, output, fmt, shards)
-    summary = {"questions_written": n, "answered": stats.get("answered", 0),
-               "not_found": stats.get("not_found", 0), "errors": stats.get("answer_errors", 0),
-               "invalid_citations_removed": stats.get("invalid_citations_removed", 0),
+    whole = count_output(output, fmt)  # the whole output, also the shards of an earlier run
+    summary = {"questions_written": n, "answered": whole["answered"],
+               "not_found": whole["not_found"], "unsupported": whole["unsupported"], "errors": whole["error"],
+               "invalid_citations_removed": whole["invalid_citations"],
+               "answered_this_run": stats.get("answered", 0) + stats.get("not_found", 0)
+               + stats.get("answer_errors", 0),
                "shards_skipped": len(done), "shards": shards,
                "wall_s": round(time.monotonic() - started, 2), "index_version": os.path.basename(version_dir)}
     with open(output + ".summary.json", "w", encoding="utf-8") as f:

@@ -50,10 +50,17 @@ def _answer(args) -> int:
     cfg = load_config(args.config)
     if args.format:
         cfg = cfg.model_copy(update={"output": cfg.output.model_copy(update={"format": args.format})})
-    summary = run_answer(cfg, args.index, args.questions, args.output, progress=not args.quiet,
-                         beam_args=args.beam_args, trace=args.trace)
+    from transforms.common.lock import BusyError
+    from transforms.query.output_stats import OutputExistsError, QuestionFileError
+    try:
+        summary = run_answer(cfg, args.index, args.questions, args.output, progress=not args.quiet,
+                             beam_args=args.beam_args, overwrite=args.overwrite, trace=args.trace)
+    except (QuestionFileError, OutputExistsError, BusyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(f"answers      {summary['questions_written']} written to {args.output}: "
-          f"{summary['answered']} answered, {summary['not_found']} not found, {summary['errors']} errors "
+          f"{summary['answered']} answered, {summary['not_found']} not found, "
+          f"{summary.get('unsupported', 0)} unsupported, {summary['errors']} errors "
           f"({summary['invalid_citations_removed']} invalid citations removed)")
     print(f"time         {summary['wall_s']:.1f} s; shards skipped as already written: "
           f"{summary['shards_skipped']}/{summary['shards']}")
@@ -105,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--quiet", action="store_true")
     an.add_argument("--trace", action="store_true",
                     help="add each stage's ranked ids and scores, the answer context and per-stage ms to every line")
+    an.add_argument("--overwrite", action="store_true",
+                    help="replace a finished output written by a different job")
     an.set_defaults(func=_answer)
 
     ev = sub.add_parser("eval", help="retrieval and answer metrics of an index on a BEIR-layout dataset")

@@ -28,6 +28,8 @@ from transforms.index.incremental import (SOURCES_READ_DIR, Plan as IndexPlan, l
 from transforms.common.counters import DEAD_LETTER, read_counters
 from transforms.common.fault_injection import kill_point
 from transforms.common.s3 import export_to_environment, settings_from_config
+from transforms.ingest.acl import MATCH_VERSION as ACL_MATCH_VERSION
+from transforms.ingest.guards import refuse_output_inside_input
 from transforms.ingest.parse import ParseObjects
 from transforms.ingest.read import ListedObject, ReadSource, list_objects
 from transforms.records import (DEAD_LETTER_SCHEMA, DOCUMENT_SCHEMA, SOURCE_SCHEMA, RawObject, chunk_schema,
@@ -61,7 +63,7 @@ def build_index_pipeline(p: beam.Pipeline, plan: IndexPlan, out_dir: str, cfg: C
     (raws | "SourceRows" >> beam.Map(source_row).with_output_types(dict)
           | "WriteSourcesRead" >> WriteShards(os.path.join(out_dir, SOURCES_READ_DIR), SOURCE_SCHEMA))
     uniques = raws | "DedupeByContent" >> DedupeByContent(plan.extra_copies(), plan.known_rep)
-    parsed = uniques | "Parse" >> ParseObjects(acl_rules)
+    parsed = uniques | "Parse" >> ParseObjects(acl_rules, cfg.source.root)
     documents = parsed.documents | "DedupeDocuments" >> DedupeDocuments()
     chunked = documents | "Chunk" >> ChunkDocuments(settings, spec.tokenizer_path)
     chunks = chunked.chunks | "Contextualize" >> Contextualize(cfg.contextualize.kind, settings.context_tokens,
@@ -86,11 +88,14 @@ def current_versions(cfg: Config, spec: ModelSpec) -> dict:
     return {"pipeline": PIPELINE_VERSION, "parser": PARSER_VERSION,
             "chunker": chunk_settings(cfg, spec).version,
             "contextualizer": make_contextualizer(cfg.contextualize.kind).version,
-            "model": spec.namespace, "acl": [[r.prefix, list(r.groups)] for r in cfg.acl]}
+            "model": spec.namespace, "acl": [[r.prefix, list(r.groups)] for r in cfg.acl]
+            + [[ACL_MATCH_VERSION, [cfg.source.root or ""]]]}
 
 
-def plan_run(cfg: Config, input_uri: str, index_dir: str, spec: ModelSpec) -> IndexPlan:
-    listed = list_objects(input_uri, settings_from_config(cfg))
+def plan_run(cfg: Config, input_uri: str, index_dir: str, spec: ModelSpec,
+             report: Optional[dict] = None) -> IndexPlan:
+    listed = list_objects(input_uri, settings_from_config(cfg), report=report,
+                          follow_outside=cfg.source.follow_links_outside_root)
     live = load_live(index_dir) if os.path.isdir(index_dir) else None
     return make_plan(listed, live, processing_key(current_versions(cfg, spec)), cfg.source.full_hash)
 
@@ -143,6 +148,7 @@ def run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool = T
     if "://" in index_dir:
         raise IndexPathError(f"--output {index_dir}: the index directory must be a local or mounted path "
                          "(DuckDB opens it as a file); object-store index directories are not supported")
+    refuse_output_inside_input(input_uri, index_dir, IndexPathError)
     os.makedirs(index_dir, exist_ok=True)
     with publish.index_lock(index_dir):  # one writer per index: a second run waits for none, it fails
         return _run_index(cfg, input_uri, index_dir, progress=progress, beam_args=beam_args, log=log)
@@ -156,7 +162,8 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
     started = time.monotonic()
     spec = model_spec_from_config(cfg)
     log(f"ragbeam index: listing {input_uri}")
-    plan = plan_run(cfg, input_uri, index_dir, spec)
+    skipped_at_listing: dict = {}
+    plan = plan_run(cfg, input_uri, index_dir, spec, report=skipped_at_listing)
     if not plan.listed:
         raise FileNotFoundError(f"{input_uri}: no objects to index")
     version = publish.new_version_name()
@@ -185,6 +192,8 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
     kill_point("after_artifact")
     summary = reconcile(stats, listed=len(plan.listed), skipped=len(plan.skipped))
     summary.update(changes)
+    summary["skipped_at_listing"] = {k: len(v) for k, v in skipped_at_listing.items()}
+    summary["skipped_at_listing_paths"] = {k: v[:100] for k, v in skipped_at_listing.items()}
     summary.update(version=version, input=input_uri, wall_s=round(time.monotonic() - started, 2),
                    pipeline_s=round(pipeline_s, 2), artifact=artifact,
                    previous_version=os.path.basename(plan.live.version_dir) if plan.live else None)

@@ -180,14 +180,16 @@ def test_a_new_question_file_never_reuses_old_shards(mini_index, test_config, tm
 
     new_questions = [KNOWN[n][0] for n in (3, 2, 1)]
     qfile.write_text("".join(json.dumps({"id": i, "question": q}) + "\n" for i, q in zip(ids, new_questions)))
-    summary = run_answer(test_config, str(index_dir), str(qfile), str(out), progress=False, log=lambda *_: None)
+    summary = run_answer(test_config, str(index_dir), str(qfile), str(out), progress=False, log=lambda *_: None,
+                         overwrite=True)  # issue 12: without it a different job's output is refused
     assert summary["shards_skipped"] == 0
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert {r["id"]: r["question"] for r in recs} == dict(zip(ids, new_questions))
 
     # Other settings (here: how many retrieved rows are written) are another job too.
     cfg = test_config.model_copy(update={"output": test_config.output.model_copy(update={"retrieved_top_k": 3})})
-    summary = run_answer(cfg, str(index_dir), str(qfile), str(out), progress=False, log=lambda *_: None)
+    summary = run_answer(cfg, str(index_dir), str(qfile), str(out), progress=False, log=lambda *_: None,
+                         overwrite=True)
     assert summary["shards_skipped"] == 0
     assert all(len(json.loads(line)["retrieved"]) == 3 for line in out.read_text().splitlines())
 

@@ -364,8 +364,9 @@ def test_openai_client_removes_invented_citation(llm_server):
                                     api_key="k", timeout=5)
     r, = GeneratorAnswerer(client, max_sources=5).answer(["How do I create parent dirs?"], [cands])
     assert r.status == "answered" and r.error is None
-    assert r.answer == "Use Path.mkdir(parents=True) [2]. It also emails you."
-    assert r.n_invalid_citations == 1
+    # issue 12 (15): the sentence left without a valid citation is removed and counted
+    assert r.answer == "Use Path.mkdir(parents=True) [2]."
+    assert r.n_invalid_citations == 1 and r.n_sentences_removed == 1
     assert [(c["n"], c["chunk_id"]) for c in r.citations] == [(2, "c2")]
 
     req = llm_server.requests[0]

@@ -20,7 +20,7 @@ def test_default_config_loads_and_runs_locally():
     ("chunk: {chunk_tokens: abc}", "chunk.chunk_tokens: Input should be a valid integer"),
     ("chunk: {chunk_tokenz: 3}", "chunk.chunk_tokenz: unknown key"),
     ("retrieve: {dense_top_n: 0}", "retrieve.dense_top_n: Input should be greater than or equal to 1"),
-    ("runner: {name: Nope}", "runner.name: Input should be"),
+    ("runner: {name: Nope}", "runner.name: unknown runner 'Nope'"),
     ("embed: {model_path: /m.onnx}", "embed.model_sha256: required"),
     ("- a\n- b", "expected a mapping"),
     ("chunk: [", "not valid YAML"),

@@ -21,8 +21,9 @@ def _unique(key: str, data: bytes) -> UniqueObject:
 
 def test_acl_for_joins_every_matching_prefix_in_order():
     rules = (("hr/", ("staff",)), ("hr/pay/", ("payroll", "staff")), ("eng/", ("eng",)))
-    assert acl_for("hr/pay/2024.md", rules) == ["staff", "payroll"]
-    assert acl_for("eng/x.md", rules) == ["eng"] and acl_for("public.md", rules) == []
+    assert acl_for("/src/hr/pay/2024.md", "hr/pay/2024.md", rules) == ["staff", "payroll"]
+    assert acl_for("/src/eng/x.md", "eng/x.md", rules) == ["eng"]
+    assert acl_for("/src/public.md", "public.md", rules) is None  # no rule: public
 
 
 def test_parse_unique_is_the_stage_function():

@@ -25,7 +25,7 @@ def summarize(per_q, ds, cfg, version_dir, version, hnsw, labels, timings, with_
         "recall_curve": {s: {str(k): M.mean(r["metrics"][s][f"recall@{k}"] for r in per_q) for k in RECALL_KS}
                          for s in STAGES},
         "hnsw_recall@10": hnsw, "bm25_floor_ndcg@10": floors,
-        "config": cfg.model_dump(mode="json", exclude={"s3": True, "answer": {"api_key"}}),
+        "config": _masked_config(cfg),  # same masking as the manifest (issue 12, item 18)
         "timings": {k: round(v, 2) for k, v in timings.items()},
     }
     groups = sorted({r["group"] for r in per_q if r["group"]})
@@ -130,3 +130,8 @@ def format_table(report: dict) -> str:
         lines.append(f"evidence_score quantiles: answerable {q['answerable']}; unanswerable {q['unanswerable']}")
     lines.append("timings: " + ", ".join(f"{k} {v}" for k, v in report["timings"].items()))
     return "\n".join(lines)
+
+
+def _masked_config(cfg) -> dict:
+    from transforms.index.manifest import manifest_config
+    return manifest_config(cfg)

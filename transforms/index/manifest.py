@@ -45,13 +45,24 @@ def write_run_outputs(version_dir: str, cfg: Config, spec: ModelSpec, summary: d
                   "max_length": spec.max_length, "namespace": spec.namespace},
         "versions": versions,
         "processing_key": processing_key,
-        "config": cfg.model_dump(mode="json", exclude={"s3": True, "answer": {"api_key"}}),  # never write secrets
+        "config": manifest_config(cfg),  # never write secrets
         "counts": {k: summary[k] for k in ("documents", "chunks", "dead_lettered", "duplicates")},
         "artifact": summary.get("artifact", {}),
         "python": platform.python_version(),
     }
     storage.write_json(os.path.join(version_dir, "manifest.json"), manifest)
     storage.write_json(os.path.join(version_dir, "summary.json"), summary)
+
+
+def manifest_config(cfg: Config) -> dict:
+    """The config as the manifest shows it: no S3 keys, no API key, no URL user info, and
+    credential-like runner options masked."""
+    from transforms.common.redact import mask_options, mask_url
+    data = cfg.model_dump(mode="json", exclude={"s3": True, "answer": {"api_key"}})
+    if data["answer"].get("base_url"):
+        data["answer"]["base_url"] = mask_url(data["answer"]["base_url"])
+    data["runner"]["options"] = mask_options(data["runner"]["options"])
+    return data
 
 
 def format_summary(s: dict) -> str:
@@ -66,6 +77,9 @@ def format_summary(s: dict) -> str:
         f"changes      added {s.get('added', 0)}, changed {s.get('changed', 0)}, removed {s.get('removed', 0)},"
         f" carried over {s.get('carried_documents', 0)} documents / {s.get('carried_chunks', 0)} chunks",
         f"documents    {s['documents']}  (bad JSONL lines dead-lettered: {s['dead_lettered_lines']})",
+    ] + ([f"skipped      at listing, not indexed: " + ", ".join(f"{k} {v}" for k, v in
+                                                            sorted(s["skipped_at_listing"].items()))]
+         if s.get("skipped_at_listing") else []) + [
         f"chunks       {s['chunks']} chunked, {s['embedded']} embedded, {s['cache_hits']} from the embedding cache",
         f"time         {s['wall_s']:.1f} s wall, pipeline {s['pipeline_s']:.1f} s"
         f"  ({docs_rate:.1f} objects/s, {rate:.1f} chunks/s)",

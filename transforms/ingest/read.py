@@ -45,13 +45,19 @@ def _hidden(key: str) -> bool:
 
 # --- listing -----------------------------------------------------------------------
 
-def list_objects(input_uri: str, s3: Optional[S3Settings] = None) -> list[ListedObject]:
-    """Every object under input_uri (a folder/prefix, or one object), sorted by key."""
+def list_objects(input_uri: str, s3: Optional[S3Settings] = None, report: Optional[dict] = None,
+                 follow_outside: bool = False) -> list[ListedObject]:
+    """Every object under input_uri (a folder/prefix, or one object), sorted by key.
+
+    report: filled with {reason: [paths]} for local entries that are not listed (symbolic
+    links out of the root, dangling links, FIFOs/sockets/devices), so each one is counted."""
     scheme = _scheme(input_uri)
     if scheme == "s3":
         found = _list_s3(input_uri, (s3 or S3Settings()).client())
     elif scheme in ("", "file"):
-        found = _list_local(input_uri[len("file://"):] if scheme else input_uri)
+        from transforms.ingest.listing import list_local
+        found = list_local(input_uri[len("file://"):] if scheme else input_uri,
+                           report if report is not None else {}, follow_outside, make=ListedObject)
     else:
         found = _list_filesystems(input_uri)
     return sorted(found, key=lambda o: o.key)
@@ -184,10 +190,17 @@ def _read_filesystems(listed: ListedObject, max_bytes: Optional[int] = None) -> 
         return _drain(listed, _file_chunks(f), max_bytes)
 
 
+class ReadRefused(ValueError):
+    """An object the read stage will not read (its reason is the whole message)."""
+
+
 def read_source(listed: ListedObject, s3_client=None, max_bytes: Optional[int] = None) -> RawObject:
     """The read stage function: one listed object -> its bytes, refusing what is over the limit."""
+    from transforms.ingest.listing import undecodable_name
+    if undecodable_name(listed.uri):  # e.g. bad\xffname.md: no text column can hold it
+        raise ReadRefused("file name is not valid UTF-8")
     if max_bytes is not None and listed.size > max_bytes:
-        raise ValueError(f"object of {listed.size} bytes is larger than max_object_bytes={max_bytes}")
+        raise ReadRefused(f"object of {listed.size} bytes is larger than max_object_bytes={max_bytes}")
     return read_object(listed, s3_client, max_bytes)
 
 
@@ -205,13 +218,17 @@ class ReadObjectsFn(StageFn):
         self._client = (self._s3 or S3Settings()).client()
 
     def origin(self, listed: ListedObject) -> tuple[str, str]:
-        return listed.uri, ""  # nothing read, so no hash
+        from transforms.ingest.listing import printable_uri
+        return printable_uri(listed.uri), ""  # nothing read, so no hash; a bad name made writable
 
     def reason(self, error: Exception) -> str:
+        if isinstance(error, ReadRefused):
+            return str(error)
         return f"{type(error).__name__}: {error}"[:1000]
 
     def on_failure(self, listed: ListedObject, reason: str) -> None:
-        log.warning("read failed for %s: %s", listed.uri, reason)
+        from transforms.ingest.listing import printable_uri
+        log.warning("read failed for %s: %s", printable_uri(listed.uri), reason)
 
     def apply(self, listed: ListedObject, out: Outputs) -> None:
         if self._client is None:  # called without setup() (a unit test)

@@ -31,11 +31,13 @@ GENERATOR_NOT_FOUND = "I could not find this in the sources."
 @dataclass
 class AnswerResult:
     answer: str
-    status: str  # answered | not_found | error
+    status: str  # answered | not_found | unsupported | error
     citations: list[dict] = field(default_factory=list)
     n_invalid_citations: int = 0
     evidence_score: float = 0.0
     error: Optional[str] = None
+    n_sentences_removed: int = 0  # generated sentences without a valid citation (removed)
+    n_quotes_removed: int = 0  # sentences removed because a quoted span was not in its source
 
 
 class Answerer(Protocol):
@@ -201,8 +203,9 @@ class GeneratorAnswerer:
             system, user = build_prompt(question, sources, self.max_source_chars)
             reply = (self.client.complete(system, user) or "").strip()
         except Exception as e:
+            from transforms.common.redact import redact_text
             return AnswerResult("", "error", evidence_score=evidence,
-                                error=f"{type(e).__name__}: {e}")
+                                error=redact_text(f"{type(e).__name__}: {e}"))
         if not reply:
             return AnswerResult("", "error", evidence_score=evidence, error="empty completion")
         check = check_citations(reply, sources)
@@ -211,8 +214,20 @@ class GeneratorAnswerer:
         if _NOT_FOUND.search(reply) and not check.citations:
             return AnswerResult(GENERATOR_NOT_FOUND, "not_found", [], check.n_invalid,
                                 evidence_score=evidence)
-        return AnswerResult(check.answer, "answered", check.citations, check.n_invalid,
-                            evidence_score=evidence)
+        return _grounded_result(check, sources, evidence)
+
+
+def _grounded_result(check, sources: list[dict], evidence: float) -> AnswerResult:
+    """Keep only the sentences the sources support (see transforms.query.grounding)."""
+    from transforms.query.grounding import UNSUPPORTED, ground_answer
+    g = ground_answer(check.answer, sources)
+    citations = [c for c in check.citations if c["n"] in g.kept_sources]
+    if not g.answer or not citations:
+        return AnswerResult("", UNSUPPORTED, [], check.n_invalid, evidence_score=evidence,
+                            error="no sentence of the generated answer is supported by a valid citation",
+                            n_sentences_removed=g.sentences_removed, n_quotes_removed=g.quotes_removed)
+    return AnswerResult(g.answer, "answered", citations, check.n_invalid, evidence_score=evidence,
+                        n_sentences_removed=g.sentences_removed, n_quotes_removed=g.quotes_removed)
 
 
 _RETRY_HTTP = {408, 425, 429, 500, 502, 503, 504}
@@ -222,11 +237,22 @@ class OpenAICompatibleClient:
     """POST {base_url}/chat/completions (vLLM, llama.cpp server, Ollama, OpenAI) via urllib."""
 
     def __init__(self, base_url: str, model: str, api_key: Optional[str] = None,
-                 timeout: float = 60, max_tokens: int = 512, temperature: float = 0,
-                 retries: int = 2, backoff_s: float = 1.0):
-        self.url = base_url.rstrip("/") + "/chat/completions"
+                 timeout: float = 30, max_tokens: int = 512, temperature: float = 0,
+                 retries: int = 2, backoff_s: float = 1.0, budget_s: Optional[float] = None):
+        from transforms.common.redact import mask_url, split_userinfo
+        url, user, password = split_userinfo(base_url.rstrip("/"))
+        self.url = url + "/chat/completions"  # user info never travels in the URL or a message
+        self.shown_url = mask_url(self.url)
+        self._basic = None
+        if user is not None or password is not None:
+            import base64
+            from urllib.parse import unquote
+            self._basic = base64.b64encode(f"{unquote(user or '')}:{unquote(password or '')}".encode()).decode()
         self.model = model
         self.api_key = api_key
+        self.budget_s = budget_s  # total seconds of requests this client may spend
+        self._spent = 0.0
+        self._budget_lock = __import__("threading").Lock()
         self.timeout = timeout
         self.max_tokens = max_tokens
         self.temperature = temperature
@@ -244,25 +270,48 @@ class OpenAICompatibleClient:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
+        elif self._basic:
+            headers["Authorization"] = f"Basic {self._basic}"
         for attempt in range(self.retries + 1):
+            timeout = self._time_left()
             req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+            t0 = time.monotonic()
             try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                with urllib.request.urlopen(req, timeout=timeout) as resp:
                     payload = json.loads(resp.read().decode("utf-8"))
                 break
             except urllib.error.HTTPError as e:
                 detail = e.read()[:300].decode("utf-8", "replace")
                 if e.code not in _RETRY_HTTP or attempt == self.retries:
-                    raise BackendError(f"HTTP {e.code} from {self.url}: {detail}") from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+                    raise BackendError(f"HTTP {e.code} from {self.shown_url}: {detail}") from None
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
                 if attempt == self.retries:
-                    raise BackendError(f"request to {self.url} failed: {e}") from None
-            time.sleep(self.backoff_s * (2 ** attempt))
+                    raise BackendError(f"request to {self.shown_url} failed: {e}") from None
+            except ValueError as e:  # a reply that is not JSON
+                raise BackendError(f"reply from {self.shown_url} is not JSON: {e}") from None
+            finally:
+                self._spend(time.monotonic() - t0)
+            time.sleep(min(self.backoff_s * (2 ** attempt), self._time_left()))
         try:
             content = payload["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
             raise BackendError(f"unexpected response shape: {str(payload)[:300]}") from None
+        if content is not None and not isinstance(content, str):
+            raise BackendError(f"unexpected content type: {type(content).__name__}")
         return content or ""
+
+    def _spend(self, seconds: float) -> None:
+        with self._budget_lock:
+            self._spent += seconds
+
+    def _time_left(self) -> float:
+        """This request's timeout: the per-request timeout, capped by what is left of the budget."""
+        if self.budget_s is None:
+            return self.timeout
+        left = self.budget_s - self._spent
+        if left <= 0:
+            raise BackendError(f"answer.budget_s ({self.budget_s:g} s of generator time) is spent")
+        return min(self.timeout, left)
 
 
 class BedrockClient:

@@ -180,6 +180,8 @@ class QAEngine:
             rec = AnswerRecord(
                 id=q.id, question=q.question, answer=res.answer, status=res.status, error=res.error,
                 citations=res.citations, invalid_citations=res.n_invalid_citations,
+                unsupported_sentences_removed=getattr(res, "n_sentences_removed", 0),
+                unfound_quotes_removed=getattr(res, "n_quotes_removed", 0),
                 evidence_score=round(float(res.evidence_score), 4),
                 retrieved=[{"rank": i + 1, "doc_id": c["doc_id"], "chunk_id": c["chunk_id"],
                             "source": c["source_uri"], "score": round(float(c.get("rerank_score", c["score"])), 6)}
@@ -221,10 +223,11 @@ def _chat_client(a):
     if a.kind == "openai":
         if not a.base_url or not a.model:
             raise ValueError("answer.base_url and answer.model are required for answer.kind: openai")
-        return OpenAICompatibleClient(a.base_url, a.model, api_key=a.api_key)
+        return OpenAICompatibleClient(a.base_url, a.model, api_key=a.api_key, timeout=a.timeout_s,
+                                      retries=a.retries, backoff_s=a.backoff_s, budget_s=a.budget_s)
     if not a.model:
         raise ValueError("answer.model (a Bedrock model id) is required for answer.kind: bedrock")
-    return BedrockClient(a.model, region=a.region)
+    return BedrockClient(a.model, region=a.region, timeout=a.timeout_s, max_attempts=a.retries + 1)
 
 
 # --- Beam wrapper -------------------------------------------------------------------
@@ -248,6 +251,7 @@ class AnswerShardFn(beam.DoFn):
         self.progress_every_s = progress_every_s
         self.answered = Metrics.counter(METRICS_NAMESPACE, "answered")
         self.not_found = Metrics.counter(METRICS_NAMESPACE, "not_found")
+        self.unsupported = Metrics.counter(METRICS_NAMESPACE, "unsupported")
         self.errors = Metrics.counter(METRICS_NAMESPACE, "answer_errors")
         self.invalid = Metrics.counter(METRICS_NAMESPACE, "invalid_citations_removed")
 
@@ -271,11 +275,11 @@ class AnswerShardFn(beam.DoFn):
             batch = good[i:i + bs]
             try:
                 answered = self.engine.answer_batch(batch, self.cfg.output.retrieved_top_k, trace=self.trace)
-            except Exception as e:  # a failing batch is recorded per question, the job goes on
-                answered = [AnswerRecord.failed(q.id, q.question, f"{type(e).__name__}: {e}", q.line)
-                            for q in batch]
+            except Exception:  # a failing batch: each question again alone, so one bad one fails alone
+                answered = [self._answer_alone(q) for q in batch]
             for rec in answered:
-                {"answered": self.answered, "not_found": self.not_found}.get(rec.status, self.errors).inc()
+                {"answered": self.answered, "not_found": self.not_found,
+                 "unsupported": self.unsupported}.get(rec.status, self.errors).inc()
                 self.invalid.inc(rec.invalid_citations or 0)
             out.extend(answered)
             self._done += len(batch)
@@ -291,3 +295,10 @@ class AnswerShardFn(beam.DoFn):
                 self.errors.inc()
                 out.append(r)
         yield shard, out
+
+    def _answer_alone(self, q: Question) -> AnswerRecord:
+        from transforms.common.redact import redact_text
+        try:
+            return self.engine.answer_batch([q], self.cfg.output.retrieved_top_k, trace=self.trace)[0]
+        except Exception as e:
+            return AnswerRecord.failed(q.id, q.question, redact_text(f"{type(e).__name__}: {e}"), q.line)

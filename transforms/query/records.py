@@ -37,10 +37,12 @@ class AnswerRecord:
     id: Optional[str]
     question: Optional[str]
     answer: str = ""
-    status: str = "error"  # answered | not_found | error
+    status: str = "error"  # answered | not_found | unsupported | error
     error: Optional[str] = None
     citations: list[dict] = field(default_factory=list)
     invalid_citations: int = 0
+    unsupported_sentences_removed: int = 0  # generated sentences without a valid citation
+    unfound_quotes_removed: int = 0  # quoted spans not found in their source
     evidence_score: float = 0.0
     retrieved: list[dict] = field(default_factory=list)  # ranked chunks: rank, doc_id, chunk_id, source, score
     retrieved_docs: list[dict] = field(default_factory=list)  # ranked distinct documents: rank, doc_id, score

@@ -140,29 +140,28 @@ def _describe(data: bytes) -> str:
 
 # --- the parse stage ------------------------------------------------------------------
 
-def acl_for(key: str, acl_rules: AclRules) -> list[str]:
-    """The groups of every rule whose prefix the key starts with (config `acl:`), in order."""
-    groups: list[str] = []
-    for prefix, rule_groups in acl_rules:
-        if key.startswith(prefix):
-            groups.extend(g for g in rule_groups if g not in groups)
-    return groups
+def acl_for(uri: str, key: str, acl_rules: AclRules, root: Optional[str] = None) -> Optional[list[str]]:
+    """What the config's `acl:` rules allow for this path (transforms.ingest.acl: matched
+    independently of where the listing started; None when no rule matches)."""
+    from transforms.ingest.acl import path_groups
+    return path_groups(uri, key, acl_rules, root)
 
 
-def parse_unique(unique: UniqueObject, acl_rules: AclRules = ()) -> tuple[list[Document], list[str]]:
+def parse_unique(unique: UniqueObject, acl_rules: AclRules = (),
+                 acl_root: Optional[str] = None) -> tuple[list[Document], list[str]]:
     """The parse stage function: one distinct content -> (documents, bad-record reasons).
 
-    Documents carry the file's hash as `source_hash` and, when they carry no ACL of
-    their own, the groups of the config's `acl:` rules for the representative key.
+    Documents carry the file's hash as `source_hash` and the groups the config's `acl:`
+    rules give the representative path; a record's own `acl` may only narrow them.
     Raises ParseError when nothing usable came out."""
+    from transforms.ingest.acl import effective_acl
     raw = unique.raw
     docs, line_errors = parse_object_with_errors(raw, list(unique.source_uris))
-    acl = acl_for(raw.key, acl_rules)
+    allowed = acl_for(raw.uri, raw.key, acl_rules, acl_root)
     out = []
     for doc in docs:
-        doc = dataclasses.replace(doc, source_hash=raw.content_hash)
-        if acl and not doc.acl:
-            doc = dataclasses.replace(doc, acl=acl)
+        doc = dataclasses.replace(doc, source_hash=raw.content_hash,
+                                  acl=effective_acl(allowed, doc.acl))  # a record only narrows
         out.append(doc)
     return out, line_errors
 
@@ -171,8 +170,9 @@ class ParseFn(StageFn):
     """Emits Documents; unparseable objects (and bad JSONL lines) go to DEAD_LETTER with the reason."""
     STAGE, FAILED = "parse", "dead_lettered_parse"
 
-    def __init__(self, acl_rules: AclRules = ()):
-        self.acl_rules = acl_rules  # (key prefix, groups): ACL for files that carry none
+    def __init__(self, acl_rules: AclRules = (), acl_root: Optional[str] = None):
+        self.acl_rules = acl_rules  # (key prefix, groups): what a path allows (transforms.ingest.acl)
+        self.acl_root = acl_root
 
     def origin(self, unique: UniqueObject) -> tuple[str, str]:
         return unique.raw.uri, unique.raw.content_hash
@@ -182,7 +182,7 @@ class ParseFn(StageFn):
         return str(error) if isinstance(error, ParseError) else f"{type(error).__name__}: {error}"
 
     def apply(self, unique: UniqueObject, out: Outputs) -> None:
-        docs, line_errors = parse_unique(unique, self.acl_rules)
+        docs, line_errors = parse_unique(unique, self.acl_rules, self.acl_root)
         out.count("parsed_objects")
         out.note_progress("documents parsed")
         for reason in line_errors:
@@ -202,11 +202,11 @@ class ParseObjects(beam.PTransform):
         parsed[DEAD_LETTER] | ...   # DeadLetter(uri, hash, "parse", reason), one per bad JSONL line too
     """
 
-    def __init__(self, acl_rules: AclRules = ()):
+    def __init__(self, acl_rules: AclRules = (), acl_root: Optional[str] = None):
         super().__init__()
-        self.acl_rules = acl_rules
+        self.acl_rules, self.acl_root = acl_rules, acl_root
 
     def expand(self, uniques):
         return (uniques
-                | "ParseObjects" >> beam.ParDo(ParseFn(self.acl_rules))
+                | "ParseObjects" >> beam.ParDo(ParseFn(self.acl_rules, self.acl_root))
                 .with_output_types(Document).with_outputs(DEAD_LETTER, main="documents"))
