@@ -52,6 +52,7 @@ def test_bad_paths_exit_2(mini_index, tmp_path, capsys):
     assert publish.current_version(str(idx)) is None
     assert main(["index", "--input", str(tmp_path), "--output", "s3://bucket/index", "--quiet"]) == 2
     assert "must be a local or mounted path" in capsys.readouterr().err
+    (tmp_path / "q.jsonl").write_text('{"id": "q", "question": "What?"}\n')  # the index is what is missing
     for argv in (["answer", "--index", str(tmp_path / "no-index"), "--questions", str(tmp_path / "q.jsonl"),
                   "--output", str(tmp_path / "a.jsonl"), "--quiet"],
                  ["build-artifacts", "--index", str(tmp_path / "no-index")]):
@@ -59,7 +60,7 @@ def test_bad_paths_exit_2(mini_index, tmp_path, capsys):
         assert "not an index" in capsys.readouterr().err
     assert main(["answer", "--index", str(mini_index[0]), "--questions", str(tmp_path / "missing.jsonl"),
                  "--output", str(tmp_path / "a.jsonl"), "--quiet"]) == 2
-    assert "questions not found" in capsys.readouterr().err  # not a traceback from inside Beam
+    assert "question file not found" in capsys.readouterr().err  # not a traceback from inside Beam
     assert not (tmp_path / "a.jsonl").exists() and not (tmp_path / "a.jsonl.parts").exists()
     assert main(["eval", "--output", str(tmp_path / "report")]) == 2
     assert "give --dataset" in capsys.readouterr().err
