@@ -16,6 +16,19 @@ Plain functions, no Beam. The pieces:
 
 The OCR packages are an optional extra (`pip install ragbeam[ocr]`); without them, a page that
 needs OCR gets the error "OCR unavailable: ..." and the rest of the document is still indexed.
+
+How the setting reaches the parser (not wired yet; the parse stage takes no settings today):
+`parse_object_with_errors(raw, uris, ocr=OcrSettings(...))` and `parse_pdf(_with_errors)(...,
+ocr=...)` already take it (None = these defaults, mode auto). The wiring is a config section
+
+    class ParseConfig(_Strict):                      # configs/schema.py, `parse:` in YAML
+        ocr: Literal["auto", "off", "force"] = "auto"
+        ocr_dpi: int = Field(300, ge=72, le=600)
+        ocr_min_confidence: float = Field(0.75, ge=0, le=1)
+
+plus `ParseFn(acl_rules, ocr=OcrSettings(mode=cfg.parse.ocr, dpi=..., min_confidence=...))`
+passing `ocr=self.ocr` to parse_object_with_errors. Per-page errors already come back in the
+problems list ("page 3: OCR found no text") that ParseFn dead-letters.
 """
 from __future__ import annotations
 
