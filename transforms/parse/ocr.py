@@ -287,44 +287,50 @@ def ocr_pdf(data: bytes, text_layers: Sequence[Optional[str]],
             if pages is not None or page_needs_ocr(text_layers[i], 1.0, settings):
                 outcome.errors[i] = f"OCR unavailable (install ragbeam[ocr]): {missing}"
         return outcome
+    if pages is None and not any(page_needs_ocr(t, 1.0, settings) for t in text_layers):
+        return outcome  # every page has a text layer: PDFium is not even opened
     with _PDFIUM_LOCK:
         try:
             pdf = _open_pdf(data)
+            n = len(pdf)
         except Exception as e:
             for i in (pages if pages is not None else range(len(text_layers))):
-                if pages is not None or settings.mode == "force" or \
-                        text_chars(text_layers[i]) < settings.min_text_chars:
+                if pages is not None or page_needs_ocr(text_layers[i], 1.0, settings):
                     outcome.errors[i] = f"OCR: PDFium cannot open the file: {type(e).__name__}: {e}"
             return outcome
-        try:
-            n = len(pdf)
-            images: list[tuple[int, Any]] = []
-            for i in (pages if pages is not None else range(min(n, len(text_layers)))):
-                if not (0 <= i < n):
-                    outcome.errors[i] = f"OCR: no page {i + 1} in a {n}-page PDF"
-                    continue
-                layer = text_layers[i] if i < len(text_layers) else None
+    try:
+        # One page at a time: a 500-page scan at 300 dpi would be ~13 GB of bitmaps at once.
+        for i in (pages if pages is not None else range(min(n, len(text_layers)))):
+            if not (0 <= i < n):
+                outcome.errors[i] = f"OCR: no page {i + 1} in a {n}-page PDF"
+                continue
+            layer = text_layers[i] if i < len(text_layers) else None
+            if pages is None and not page_needs_ocr(layer, 1.0, settings):
+                continue  # enough text whatever the images: skip loading the page
+            with _PDFIUM_LOCK:
                 try:
                     page = pdf[i]
                     cover = image_cover(page)
                     if pages is None and not page_needs_ocr(layer, cover, settings):
                         continue
-                    if text_chars(layer) == 0 and cover == 0.0 and settings.mode == "force" \
-                            and pages is None:
+                    if pages is None and settings.mode == "force" and text_chars(layer) == 0 \
+                            and cover == 0.0:
                         continue  # force mode, blank page: nothing to read, not an error
-                    images.append((i, render_page(page, settings.dpi, settings.max_side_px)))
+                    img = render_page(page, settings.dpi, settings.max_side_px)
                 except Exception as e:
                     outcome.errors[i] = f"OCR: cannot render page: {type(e).__name__}: {str(e)[:200]}"
-        finally:
+                    continue
+            # The models run outside the PDFium lock: other threads can render meanwhile.
+            try:
+                outcome.pages[i] = ocr_image(img, settings)
+            except OcrPageError as e:
+                outcome.errors[i] = str(e)
+            except Exception as e:  # an engine bug must not sink the document
+                outcome.errors[i] = f"OCR failed: {type(e).__name__}: {str(e)[:200]}"
+            del img
+    finally:
+        with _PDFIUM_LOCK:
             pdf.close()
-    # The models run outside the PDFium lock: other threads can render meanwhile.
-    for i, img in images:
-        try:
-            outcome.pages[i] = ocr_image(img, settings)
-        except OcrPageError as e:
-            outcome.errors[i] = str(e)
-        except Exception as e:  # an engine bug must not sink the document
-            outcome.errors[i] = f"OCR failed: {type(e).__name__}: {str(e)[:200]}"
     outcome.seconds = time.perf_counter() - t0
     return outcome
 
