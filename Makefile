@@ -11,7 +11,7 @@ ANSWERS ?= out/answers.jsonl
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,ocr]'
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 install: $(STAMP)

@@ -95,12 +95,14 @@ def _parsers() -> dict[str, Callable]:
             "pdf": parse_pdf, "text": parse_text}
 
 
-def parse_object_with_errors(raw: RawObject, source_uris: Optional[list[str]] = None
-                             ) -> tuple[list[Document], list[str]]:
+def parse_object_with_errors(raw: RawObject, source_uris: Optional[list[str]] = None,
+                             ocr=None) -> tuple[list[Document], list[str]]:
     """(documents, per-record problems). Raises ParseError when nothing usable came out.
 
     The problems list is only non-empty for JSONL files with some bad lines
-    ("line 7: missing id"); the pipeline dead-letters those and keeps the documents.
+    ("line 7: missing id") and PDFs with pages OCR could not read ("page 3: OCR found no
+    text"); the pipeline dead-letters those and keeps the documents. `ocr` is a
+    transforms.ingest.parse.ocr.OcrSettings (None: the defaults, mode auto).
     """
     fmt = sniff_format(raw.key, raw.data)
     if fmt == "binary":
@@ -114,6 +116,9 @@ def parse_object_with_errors(raw: RawObject, source_uris: Optional[list[str]] = 
                     if errors else ""
                 raise ParseError(f"no valid records{first}")
             return docs, errors
+        if fmt == "pdf":  # per-page OCR problems come back like bad JSONL lines ("page 3: ...")
+            from transforms.ingest.parse.pdf import parse_pdf_with_errors
+            return parse_pdf_with_errors(raw, source_uris, ocr)
         return _parsers()[fmt](raw, source_uris), []
     except ParseError:
         raise

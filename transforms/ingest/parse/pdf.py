@@ -10,6 +10,7 @@ import pypdf
 from pypdf.errors import PdfReadError
 
 from transforms.ingest.parse.base import ParseError, file_stem, make_document
+from transforms.ingest.parse.ocr import OcrSettings, ocr_metadata, ocr_pdf
 from transforms.records import Document, RawObject, Section
 
 # pypdf logs a warning per font/object it has to work around; a corpus run would drown in them.
@@ -85,7 +86,14 @@ def _split_page(text: str, current: list[str], entries: list[list[str]]
     return parts, path
 
 
-def parse_pdf(raw: RawObject, source_uris: Optional[list[str]] = None) -> list[Document]:
+def parse_pdf(raw: RawObject, source_uris: Optional[list[str]] = None,
+              ocr: Optional[OcrSettings] = None) -> list[Document]:
+    return parse_pdf_with_errors(raw, source_uris, ocr)[0]
+
+
+def parse_pdf_with_errors(raw: RawObject, source_uris: Optional[list[str]] = None,
+                          ocr: Optional[OcrSettings] = None) -> tuple[list[Document], list[str]]:
+    """(documents, per-page problems such as "page 3: OCR confidence 0.41 below 0.75")."""
     try:
         reader = pypdf.PdfReader(io.BytesIO(raw.data), strict=False)
         if reader.is_encrypted:
@@ -109,13 +117,21 @@ def parse_pdf(raw: RawObject, source_uris: Optional[list[str]] = None) -> list[D
     for page_no, path in outline:
         by_page.setdefault(page_no, []).append(path)
 
+    layers: list[Optional[str]] = []
+    for page in pages:
+        try:
+            layers.append(_clean(page.extract_text() or ""))
+        except (PdfReadError, Exception):  # one bad page: keep the rest
+            layers.append(None)
+    read = ocr_pdf(raw.data, layers, ocr or OcrSettings())  # scanned pages; never raises per page
+    errors = [f"page {i + 1}: {reason}" for i, reason in sorted(read.errors.items())]
+
     sections: list[Section] = []
     current: list[str] = []
     failed = 0
-    for idx, page in enumerate(pages):
-        try:
-            text = _clean(page.extract_text() or "")
-        except (PdfReadError, Exception):  # one bad page: keep the rest
+    for idx, layer in enumerate(layers):
+        text = _clean(read.pages[idx].text) if idx in read.pages else layer
+        if text is None:
             failed += 1
             continue
         parts, current = _split_page(text, current, by_page.get(idx, []))
@@ -123,9 +139,10 @@ def parse_pdf(raw: RawObject, source_uris: Optional[list[str]] = None) -> list[D
             if part.strip():
                 sections.append(Section(heading_path=list(path), text=part.strip(), page=idx + 1))
     if failed == n_pages:
-        raise ParseError("unreadable PDF: no page could be read")
+        raise ParseError("unreadable PDF: no page could be read" + _first(errors))
 
     meta: dict = {"pages": n_pages, "outline_entries": len(outline)}
+    meta.update(ocr_metadata(read))
     title = ""
     try:
         info = reader.metadata or {}
@@ -137,4 +154,10 @@ def parse_pdf(raw: RawObject, source_uris: Optional[list[str]] = None) -> list[D
         pass
     if not title and sections:
         title = next((ln for ln in sections[0].text.split("\n") if ln.strip()), "")[:200]
-    return [make_document(raw, "pdf", title or file_stem(raw.key), sections, source_uris, meta)]
+    if not any(s.text.strip() for s in sections):
+        raise ParseError("no text extracted" + _first(errors))
+    return [make_document(raw, "pdf", title or file_stem(raw.key), sections, source_uris, meta)], errors
+
+
+def _first(errors: list[str]) -> str:
+    return f" ({errors[0]}" + (f"; +{len(errors) - 1} more)" if len(errors) > 1 else ")") if errors else ""
