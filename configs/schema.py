@@ -55,6 +55,14 @@ class SourceConfig(_Strict):
     root: Optional[str] = None
 
 
+class ParseConfig(_Strict):
+    # PDF pages with no (or almost no) text layer are rendered and read by OCR (rapidocr on
+    # onnxruntime). auto: only such pages; force: every page; off: never.
+    ocr: Literal["auto", "off", "force"] = "auto"
+    ocr_dpi: int = Field(300, ge=72, le=600)  # below ~250 dpi the bundled model drops word spaces
+    ocr_min_confidence: float = Field(0.75, ge=0.0, le=1.0)  # a page below this is dead-lettered
+
+
 class AclRule(_Strict):
     prefix: str  # key prefix (see source.root for what the key is relative to)
     # At least one group: an empty list would read as "public" downstream, so it is refused.
@@ -160,6 +168,7 @@ class Config(_Strict):
     runner: RunnerConfig = RunnerConfig()
     s3: S3Config = S3Config()
     source: SourceConfig = SourceConfig()
+    parse: ParseConfig = ParseConfig()
     acl: list[AclRule] = Field(default_factory=list)
     chunk: ChunkConfig = ChunkConfig()
     contextualize: ContextualizeConfig = ContextualizeConfig()

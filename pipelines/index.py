@@ -44,6 +44,12 @@ def chunk_settings(cfg: Config, spec: ModelSpec) -> ChunkSettings:
                          overlap_tokens=cfg.chunk.overlap_tokens, context_tokens=cfg.chunk.context_tokens)
 
 
+def ocr_settings(cfg: Config):
+    from transforms.ingest.parse.ocr import OcrSettings
+    p = cfg.parse
+    return OcrSettings(mode=p.ocr, dpi=p.ocr_dpi, min_confidence=p.ocr_min_confidence)
+
+
 def source_row(raw: RawObject) -> dict:
     return {"uri": raw.uri, "key": raw.key, "size": raw.size, "mtime": raw.mtime,
             "content_hash": raw.content_hash, "status": "live", "tombstoned_at": None}
@@ -63,7 +69,7 @@ def build_index_pipeline(p: beam.Pipeline, plan: IndexPlan, out_dir: str, cfg: C
     (raws | "SourceRows" >> beam.Map(source_row).with_output_types(dict)
           | "WriteSourcesRead" >> WriteShards(os.path.join(out_dir, SOURCES_READ_DIR), SOURCE_SCHEMA))
     uniques = raws | "DedupeByContent" >> DedupeByContent(plan.extra_copies(), plan.known_rep)
-    parsed = uniques | "Parse" >> ParseObjects(acl_rules, cfg.source.root)
+    parsed = uniques | "Parse" >> ParseObjects(acl_rules, cfg.source.root, ocr_settings(cfg))
     documents = parsed.documents | "DedupeDocuments" >> DedupeDocuments()
     chunked = documents | "Chunk" >> ChunkDocuments(settings, spec.tokenizer_path)
     chunks = chunked.chunks | "Contextualize" >> Contextualize(cfg.contextualize.kind, settings.context_tokens,
@@ -89,7 +95,8 @@ def current_versions(cfg: Config, spec: ModelSpec) -> dict:
             "chunker": chunk_settings(cfg, spec).version,
             "contextualizer": make_contextualizer(cfg.contextualize.kind).version,
             "model": spec.namespace, "acl": [[r.prefix, list(r.groups)] for r in cfg.acl]
-            + [[ACL_MATCH_VERSION, [cfg.source.root or ""]]]}
+            + [[ACL_MATCH_VERSION, [cfg.source.root or ""]]],
+            "ocr": cfg.parse.model_dump(mode="json")}
 
 
 def plan_run(cfg: Config, input_uri: str, index_dir: str, spec: ModelSpec,

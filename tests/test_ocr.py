@@ -6,6 +6,7 @@ The OCR models come inside the rapidocr-onnxruntime wheel; nothing is downloaded
 """
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -180,3 +181,43 @@ def test_text_pdf_is_not_touched_in_auto_mode():
     lines = prose_lines(5, seed=11)
     docs, errors = parse_pdf_with_errors(_raw(text_pdf([lines])))
     assert errors == [] and "ocr" not in docs[0].metadata
+
+
+# --- through the index job --------------------------------------------------------------------
+
+def test_index_job_ocrs_scanned_pages_and_dead_letters_unreadable_ones(test_config, tmp_path):
+    """A mixed PDF (text page, scanned page, blank scan) and a text file through `ragbeam index`:
+    the scanned page's words are searchable, its chunks say they came from OCR, the blank page is
+    one dead letter with its reason, and the run's counts reconcile."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from pipelines.index import run_index
+    from transforms.index.publish import resolve_index
+
+    text = ["Chapter One", *prose_lines(6, seed=11)]
+    scanned = ["Chapter Two", *prose_lines(6, seed=12)]
+    images = image_pdf([render_pages(text_pdf([scanned]), dpi=200, noise=10.0)[0], blank_image(150)], dpi=200)
+    pdf = join_pdfs([(text_pdf([text]), 0), (images, 0), (images, 1)])
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "mixed.pdf").write_bytes(pdf)
+    (src / "note.txt").write_text("A plain note about nothing scanned at all.\n")
+    s = run_index(test_config, str(src), str(tmp_path / "index"), progress=False, log=lambda *_: None)
+    assert s["balanced"] and s["parsed"] == 2 and s["dead_lettered"] == 0
+    assert s["dead_lettered_pages"] == 1
+    version = resolve_index(str(tmp_path / "index"))
+    dead = pq.read_table(os.path.join(version, "dead_letters")).to_pylist()
+    assert [(d["stage"], d["reason"].split(":")[0]) for d in dead] == [("parse", "page 3")]
+    chunks = [c for c in pq.read_table(os.path.join(version, "chunks")).to_pylist()
+              if c["source_uri"].endswith("mixed.pdf")]
+    by_page = {}
+    for c in chunks:
+        by_page.setdefault(c["page"], []).append(c)
+    assert sorted(by_page) == [1, 2]
+    meta2 = json.loads(by_page[2][0]["metadata"])
+    assert meta2["ocr"] is True and meta2["ocr_confidence"] >= 0.75
+    assert json.loads(by_page[1][0]["metadata"])["ocr"] is False
+    ocr_text = " ".join(c["text"] for c in by_page[2])
+    assert cer("\n".join(scanned), ocr_text) <= MAX_CER

@@ -23,6 +23,7 @@ def reconcile(counters: dict[str, int], listed: int, skipped: int = 0) -> dict:
         "parsed": c("parsed_objects"),
         "dead_lettered": dead_objects,
         "dead_lettered_lines": c("dead_lettered_lines"),
+        "dead_lettered_pages": c("dead_lettered_pages"),  # PDF pages OCR could not read (rest indexed)
         "documents": c("documents") - c("duplicate_documents"),
         "duplicate_documents": c("duplicate_documents"),  # JSONL records repeated verbatim across files
         "dead_lettered_documents": c("dead_lettered_chunk"),
@@ -76,7 +77,7 @@ def format_summary(s: dict) -> str:
         f" + dead-lettered {s['dead_lettered']}   [{'ok' if s['balanced'] else 'DOES NOT RECONCILE'}]",
         f"changes      added {s.get('added', 0)}, changed {s.get('changed', 0)}, removed {s.get('removed', 0)},"
         f" carried over {s.get('carried_documents', 0)} documents / {s.get('carried_chunks', 0)} chunks",
-        f"documents    {s['documents']}  (bad JSONL lines dead-lettered: {s['dead_lettered_lines']})",
+        f"documents    {s['documents']}  (bad JSONL lines dead-lettered: {s['dead_lettered_lines']}, unreadable scanned pages: {s.get('dead_lettered_pages', 0)})",
     ] + ([f"skipped      at listing, not indexed: " + ", ".join(f"{k} {v}" for k, v in
                                                             sorted(s["skipped_at_listing"].items()))]
          if s.get("skipped_at_listing") else []) + [

@@ -139,11 +139,25 @@ def chunk_document(doc: Document, tokenizer: Tokenizer, settings: ChunkSettings)
                     source_uri=doc.source_uri,
                     source_uris=list(doc.source_uris or [doc.source_uri]),
                     acl=list(doc.acl),
-                    metadata=dict(doc.metadata),
+                    metadata=chunk_metadata(doc.metadata, section.page),
                     n_tokens=n_text + SPECIAL_TOKENS,
                     chunker_version=version,
                 ))
     return chunks
+
+
+def chunk_metadata(doc_meta: dict, page) -> dict:
+    """The document's metadata for one chunk; for an OCR'd document, the page map becomes
+    this chunk's own `ocr` flag and the mean confidence of its page."""
+    pages = doc_meta.get("ocr_pages")
+    if not pages:
+        return dict(doc_meta)
+    meta = {k: v for k, v in doc_meta.items() if k not in ("ocr", "ocr_pages", "ocr_mean_confidence")}
+    conf = pages.get(str(page)) if page is not None else None
+    meta["ocr"] = conf is not None
+    if conf is not None:
+        meta["ocr_confidence"] = conf
+    return meta
 
 
 # --- the chunk stage in Beam ------------------------------------------------------------

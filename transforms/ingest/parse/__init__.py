@@ -19,7 +19,7 @@ from transforms.common.stage import Outputs, StageFn
 from transforms.ingest.parse.base import ParseError
 from transforms.records import Document, RawObject, UniqueObject
 
-PARSER_VERSION = "1"  # bump whenever parser output changes (forces re-indexing)
+PARSER_VERSION = "2"  # bump whenever parser output changes (forces re-indexing); 2: OCR of scanned pages
 
 __all__ = ["PARSER_VERSION", "ParseError", "sniff_format", "parse_object",
            "parse_object_with_errors", "acl_for", "parse_unique", "ParseFn", "ParseObjects"]
@@ -152,8 +152,8 @@ def acl_for(uri: str, key: str, acl_rules: AclRules, root: Optional[str] = None)
     return path_groups(uri, key, acl_rules, root)
 
 
-def parse_unique(unique: UniqueObject, acl_rules: AclRules = (),
-                 acl_root: Optional[str] = None) -> tuple[list[Document], list[str]]:
+def parse_unique(unique: UniqueObject, acl_rules: AclRules = (), acl_root: Optional[str] = None,
+                 ocr=None) -> tuple[list[Document], list[str]]:
     """The parse stage function: one distinct content -> (documents, bad-record reasons).
 
     Documents carry the file's hash as `source_hash` and the groups the config's `acl:`
@@ -161,7 +161,7 @@ def parse_unique(unique: UniqueObject, acl_rules: AclRules = (),
     Raises ParseError when nothing usable came out."""
     from transforms.ingest.acl import effective_acl
     raw = unique.raw
-    docs, line_errors = parse_object_with_errors(raw, list(unique.source_uris))
+    docs, line_errors = parse_object_with_errors(raw, list(unique.source_uris), ocr)
     allowed = acl_for(raw.uri, raw.key, acl_rules, acl_root)
     out = []
     for doc in docs:
@@ -175,9 +175,10 @@ class ParseFn(StageFn):
     """Emits Documents; unparseable objects (and bad JSONL lines) go to DEAD_LETTER with the reason."""
     STAGE, FAILED = "parse", "dead_lettered_parse"
 
-    def __init__(self, acl_rules: AclRules = (), acl_root: Optional[str] = None):
+    def __init__(self, acl_rules: AclRules = (), acl_root: Optional[str] = None, ocr=None):
         self.acl_rules = acl_rules  # (key prefix, groups): what a path allows (transforms.ingest.acl)
         self.acl_root = acl_root
+        self.ocr = ocr  # transforms.ingest.parse.ocr.OcrSettings (None: defaults, mode auto)
 
     def origin(self, unique: UniqueObject) -> tuple[str, str]:
         return unique.raw.uri, unique.raw.content_hash
@@ -187,11 +188,11 @@ class ParseFn(StageFn):
         return str(error) if isinstance(error, ParseError) else f"{type(error).__name__}: {error}"
 
     def apply(self, unique: UniqueObject, out: Outputs) -> None:
-        docs, line_errors = parse_unique(unique, self.acl_rules, self.acl_root)
+        docs, line_errors = parse_unique(unique, self.acl_rules, self.acl_root, self.ocr)
         out.count("parsed_objects")
         out.note_progress("documents parsed")
-        for reason in line_errors:
-            out.count("dead_lettered_lines")
+        for reason in line_errors:  # a bad JSONL line, or a PDF page OCR could not read
+            out.count("dead_lettered_pages" if reason.startswith("page ") else "dead_lettered_lines")
             out.dead_letter(reason)
         for doc in docs:
             out.count("documents")
@@ -207,11 +208,11 @@ class ParseObjects(beam.PTransform):
         parsed[DEAD_LETTER] | ...   # DeadLetter(uri, hash, "parse", reason), one per bad JSONL line too
     """
 
-    def __init__(self, acl_rules: AclRules = (), acl_root: Optional[str] = None):
+    def __init__(self, acl_rules: AclRules = (), acl_root: Optional[str] = None, ocr=None):
         super().__init__()
-        self.acl_rules, self.acl_root = acl_rules, acl_root
+        self.acl_rules, self.acl_root, self.ocr = acl_rules, acl_root, ocr
 
     def expand(self, uniques):
         return (uniques
-                | "ParseObjects" >> beam.ParDo(ParseFn(self.acl_rules, self.acl_root))
+                | "ParseObjects" >> beam.ParDo(ParseFn(self.acl_rules, self.acl_root, self.ocr))
                 .with_output_types(Document).with_outputs(DEAD_LETTER, main="documents"))
