@@ -4,6 +4,12 @@ INDEX/CURRENT names the live version; INDEX/versions/<v>/ holds a complete
 version; INDEX/staging/<v>/ is work in progress that readers never look at.
 A version becomes visible only by os.replace of CURRENT, after its files are
 written and fsynced, so readers always see one complete version.
+
+On object storage (INDEX = s3://bucket/prefix) the layout is the same. Publishing
+copies staging/<v>/ to versions/<v>/ server-side, manifest.json last (a version
+prefix without a manifest is not a version), then PUTs CURRENT (a single PUT is
+atomic) and only then drops the staging prefix. The writer lock is a leased lock
+object, see `index_lock`.
 """
 from __future__ import annotations
 
@@ -16,6 +22,8 @@ import shutil
 from typing import Optional
 
 from transforms.common import storage
+from transforms.common.fault_injection import kill_point
+from transforms.common.s3 import is_s3
 
 CURRENT = "CURRENT"
 VERSIONS = "versions"
@@ -28,14 +36,18 @@ def new_version_name(now: Optional[datetime.datetime] = None) -> str:
 
 
 def staging_dir(index_dir: str, version: str) -> str:
-    return os.path.join(index_dir, STAGING, version)
+    return storage.join(index_dir, STAGING, version)
 
 
 def version_dir(index_dir: str, version: str) -> str:
-    return os.path.join(index_dir, VERSIONS, version)
+    return storage.join(index_dir, VERSIONS, version)
 
 
 def current_version(index_dir: str) -> Optional[str]:
+    if is_s3(index_dir):
+        got = storage.read_with_etag(storage.join(index_dir, CURRENT))
+        name = got[0].decode("utf-8").strip() if got else ""
+        return name if name and storage.exists(storage.join(version_dir(index_dir, name), "manifest.json")) else None
     try:
         with open(os.path.join(index_dir, CURRENT), encoding="utf-8") as f:
             name = f.read().strip()
@@ -46,6 +58,16 @@ def current_version(index_dir: str) -> Optional[str]:
 
 def resolve_index(path: str) -> str:
     """An index dir (follows CURRENT) or a version dir -> the version dir to read."""
+    if is_s3(path):
+        path = path.rstrip("/")
+        if storage.exists(storage.join(path, CURRENT)):
+            name = current_version(path)
+            if name is None:
+                raise FileNotFoundError(f"{path}: CURRENT names no complete version")
+            return version_dir(path, name)
+        if storage.exists(storage.join(path, "manifest.json")):
+            return path
+        raise FileNotFoundError(f"{path}: not an index (no CURRENT) nor an index version (no manifest.json)")
     if os.path.exists(os.path.join(path, CURRENT)):
         name = current_version(path)
         if name is None:
@@ -70,6 +92,8 @@ def _fsync_tree(path: str) -> None:
 
 def publish(index_dir: str, version: str) -> str:
     """Move a finished staging dir into versions/ and switch CURRENT to it."""
+    if is_s3(index_dir):
+        return _publish_s3(index_dir, version)
     src = staging_dir(index_dir, version)
     dst = version_dir(index_dir, version)
     _fsync_tree(src)
@@ -79,8 +103,41 @@ def publish(index_dir: str, version: str) -> str:
     return dst
 
 
+def _publish_s3(index_dir: str, version: str) -> str:
+    src = staging_dir(index_dir, version).rstrip("/") + "/"
+    dst = version_dir(index_dir, version)
+    files = storage.list_files(src)
+    manifest = src + "manifest.json"
+    if manifest not in files:
+        raise FileNotFoundError(f"{src}: no manifest.json, nothing to publish")
+    for uri in [f for f in files if f != manifest] + [manifest]:  # the manifest completes the version
+        storage.copy(uri, storage.join(dst, uri[len(src):]))
+    kill_point("before_current")  # tests: a real crash between the manifest and CURRENT
+    storage.write_text(storage.join(index_dir, CURRENT), version + "\n")  # the one atomic switch
+    storage.delete_tree(src)
+    return dst
+
+
+def list_versions(index_dir: str) -> list[str]:
+    """Names under versions/ (complete or not), sorted (names sort by time)."""
+    if is_s3(index_dir):
+        base = storage.join(index_dir, VERSIONS).rstrip("/") + "/"
+        return sorted({u[len(base):].split("/", 1)[0] for u in storage.list_files(base)})
+    root = os.path.join(index_dir, VERSIONS)
+    return sorted(os.listdir(root)) if os.path.isdir(root) else []
+
+
 def prune(index_dir: str, keep: int) -> list[str]:
     """Delete all but the newest `keep` versions (never the live one) and stale staging dirs."""
+    if is_s3(index_dir):
+        live = current_version(index_dir)
+        names = list_versions(index_dir)
+        removed = []
+        for name in names[:-keep] if keep < len(names) else []:
+            if name != live:
+                storage.delete_tree(version_dir(index_dir, name))
+                removed.append(name)
+        return removed
     live = current_version(index_dir)
     removed = []
     versions_root = os.path.join(index_dir, VERSIONS)
@@ -96,20 +153,116 @@ class IndexBusyError(RuntimeError):
     pass
 
 
+LOCK = ".lock"
+DEFAULT_LEASE_S = 600.0
+ENV_LEASE = "RAGBEAM_INDEX_LOCK_LEASE_S"
+
+
+class LockLost(RuntimeError):
+    pass
+
+
+class S3Lease:
+    """INDEX/.lock on object storage: {owner, expires_at}, created with If-None-Match: * (only one
+    creator wins), renewed by a heartbeat with If-Match: <our ETag> (only the holder renews), taken
+    over with If-Match: <the expired lock's ETag> once its lease has run out (a killed run's lock),
+    deleted on release. Expiry is judged on the wall clock of the contender: clocks must agree to
+    well within a lease."""
+
+    def __init__(self, index_dir: str, lease_s: float):
+        import socket
+        import threading
+        self.uri = storage.join(index_dir, LOCK)
+        self.index_dir, self.lease_s = index_dir, lease_s
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.etag: Optional[str] = None
+        self.lost: Optional[str] = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def _body(self) -> bytes:
+        import json
+        import time
+        now = time.time()
+        return json.dumps({"owner": self.owner, "renewed_at": now, "expires_at": now + self.lease_s,
+                           "lease_s": self.lease_s}).encode()
+
+    def acquire(self) -> None:
+        import json
+        import time
+        self.etag = storage.put_if_absent(self.uri, self._body())
+        if self.etag is None:
+            got = storage.read_with_etag(self.uri)
+            if got is None:  # released in between: one more try
+                self.etag = storage.put_if_absent(self.uri, self._body())
+            else:
+                try:
+                    held = json.loads(got[0])
+                except ValueError:
+                    held = {"owner": "?", "expires_at": 0}
+                if held.get("expires_at", 0) > time.time():
+                    until = datetime.datetime.fromtimestamp(held["expires_at"], datetime.timezone.utc)
+                    raise IndexBusyError(
+                        f"{self.index_dir} is being indexed by another run: lock {self.uri} is held by "
+                        f"{held.get('owner')} until {until:%Y-%m-%d %H:%M:%S} UTC (renewed while it runs; "
+                        f"a killed run's lock is taken over when its lease expires)")
+                self.etag = storage.put_if_match(self.uri, self._body(), got[1])  # take over the expired lock
+            if self.etag is None:
+                raise IndexBusyError(f"{self.index_dir} is being indexed by another run (lock {self.uri} "
+                                     "changed while we tried to take it)")
+        import threading
+        self._thread = threading.Thread(target=self._heartbeat, name="index-lock-lease", daemon=True)
+        self._thread.start()
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(max(self.lease_s / 3.0, 0.2)):
+            try:
+                etag = storage.put_if_match(self.uri, self._body(), self.etag)
+            except Exception:  # a network blip: try again at the next beat, the lease still runs
+                continue
+            if etag is None:
+                self.lost = f"lock {self.uri} was taken over by another run (our lease ran out)"
+                return
+            self.etag = etag
+
+    def check(self) -> None:
+        """Raise if the lease was lost: called before anything becomes visible."""
+        if self.lost:
+            raise LockLost(self.lost)
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+        if self.etag and not self.lost:
+            storage.delete_if_match(self.uri, self.etag)
+
+
 @contextlib.contextmanager
-def index_lock(index_dir: str):
+def index_lock(index_dir: str, lease_s: Optional[float] = None):
     """An exclusive lock on INDEX/.lock for a whole run: two runs never share a staging dir."""
+    if is_s3(index_dir):
+        lease = S3Lease(index_dir, float(lease_s or os.environ.get(ENV_LEASE) or DEFAULT_LEASE_S))
+        lease.acquire()
+        try:
+            yield lease
+        finally:
+            lease.release()
+        return
     fd = os.open(os.path.join(index_dir, ".lock"), os.O_CREAT | os.O_RDWR, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise IndexBusyError(f"{index_dir} is being indexed by another run (lock {index_dir}/.lock)") from None
-        yield
+        yield None
     finally:
         os.close(fd)  # closing releases the lock, also when the process is killed
 
 
 def clear_staging(index_dir: str) -> None:
     """Left-overs of killed runs: never visible, safe to drop before a new run."""
+    if is_s3(index_dir):
+        storage.delete_tree(storage.join(index_dir, STAGING))
+        return
     shutil.rmtree(os.path.join(index_dir, STAGING), ignore_errors=True)
