@@ -104,3 +104,104 @@ def test_index_on_s3_publishes_nightly_runs_and_prunes(s3_server, s3_source, tes
     # nothing changed: nothing read, parsed or embedded
     third = run_index(cfg, "s3://s3index/night0", index2, progress=False, log=quiet)
     assert (third["read"], third["parsed"], third["embedded"]) == (0, 0, 0)
+
+
+# --- the leased writer lock ------------------------------------------------------------
+
+def _lock_env(s3_server, **extra):
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), **s3_server.env(),
+           "RAGBEAM__S3__ENDPOINT_URL": s3_server.endpoint_url, "RAGBEAM__S3__REGION": s3_server.region,
+           "RAGBEAM__S3__ACCESS_KEY_ID": s3_server.access_key,
+           "RAGBEAM__S3__SECRET_ACCESS_KEY": s3_server.secret_key, **extra}
+    env.pop("RAGBEAM_FAULT_KILL_AT", None)
+    return env
+
+
+def test_one_writer_per_s3_index_and_a_killed_runs_lock_expires(s3_server, s3_source, monkeypatch):
+    for k, v in _lock_env(s3_server).items():
+        if k.startswith(("RAGBEAM__S3__", "AWS_")):
+            monkeypatch.setenv(k, v)
+    index = "s3://s3index/idx-lock"
+    storage.exists(index + "/.lock")  # a warm client: the checks below fall well within the lease
+    # a run that takes the lock (lease 6 s) and is killed -9 while holding it
+    code = ("import os, signal; from transforms.index import publish\n"
+            f"cm = publish.index_lock({index!r}, lease_s=6.0); cm.__enter__(); print('held', flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    run = subprocess.run([sys.executable, "-c", code], env=_lock_env(s3_server), capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == -9 and "held" in run.stdout, run.stderr[-2000:]
+    with pytest.raises(publish.IndexBusyError, match="being indexed by another run.*held by"):
+        with publish.index_lock(index, lease_s=2.0):
+            pass
+    time.sleep(6.5)  # the killed run's lease runs out: the next run takes the lock over
+    with publish.index_lock(index, lease_s=1.0) as lease:
+        time.sleep(2.5)  # longer than the lease: the heartbeat keeps renewing it
+        with pytest.raises(publish.IndexBusyError):
+            with publish.index_lock(index, lease_s=1.0):
+                pass
+        lease.check()
+    assert storage.read_with_etag(index + "/.lock") is None  # released
+    with publish.index_lock(index):
+        pass
+
+
+# --- real kills of the index job on S3, and the answer job from an S3 index ---------------
+
+def _cli(args, s3_server, kill_at=None, **extra):
+    env = _lock_env(s3_server, **extra)
+    if kill_at:
+        env["RAGBEAM_FAULT_KILL_AT"] = kill_at
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=900)
+
+
+def test_killed_index_runs_on_s3_leave_the_live_version_and_a_rerun_equals_an_uninterrupted_one(
+        s3_server, s3_source, test_config, tmp_path):
+    index = "s3://s3index/idx-kill"
+    src = s3_source
+    for stage in ("during_embed", "during_artifact_upload", "before_current"):
+        run = _cli(["index", "--quiet", "--input", src, "--output", index], s3_server, kill_at=stage,
+                   RAGBEAM_INDEX_LOCK_LEASE_S="3")
+        assert run.returncode == -9, (stage, run.returncode, run.stderr[-3000:])
+        assert publish.current_version(index) is None, stage  # nothing was published
+        time.sleep(3.5)  # the killed run's lock lease runs out
+    done = _cli(["index", "--quiet", "--input", src, "--output", index], s3_server)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert publish.current_version(index) is not None
+    assert not keys(s3_server, "s3index", "idx-kill/staging/")
+
+    reference = run_index(s3_config(test_config, s3_server), src, str(tmp_path / "reference"), progress=False,
+                          log=quiet)
+    mirror = local_copy(index, tmp_path, "kill")
+    local = publish.resolve_index(str(tmp_path / "reference"))
+    assert reference["chunks"] > 0
+    for name in ("chunks", "documents", "dead_letters"):
+        assert rows(mirror, name, drop={"indexed_at", "mtime"}) == rows(local, name, drop={"indexed_at", "mtime"}), name
+
+    # the answer job, everything on S3: a killed run resumes there, output equals an uninterrupted run's
+    from tests.test_answer_job import KNOWN
+    c = s3_server.client()
+    c.put_object(Bucket="s3index", Key="q/questions.jsonl", Body="".join(
+        json.dumps({"id": f"q{i:03d}", "question": q}) + "\n" for i, q in enumerate([q for q, _ in KNOWN] * 3)).encode())
+    cache = tmp_path / "index-cache"
+    ans = lambda out, **kw: _cli(["answer", "--quiet", "--index", index, "--questions",  # noqa: E731
+                                  "s3://s3index/q/questions.jsonl", "--output", out], s3_server,
+                                 RAGBEAM_INDEX_CACHE_DIR=str(cache), **kw)
+    whole = ans("s3://s3index/answers/whole.jsonl")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    version = publish.current_version(index)
+    (cached,) = list(cache.glob(f"{version}-*"))
+    assert (cached / "index.duckdb").exists()
+    assert cached.name.endswith(json.loads(storage.read_text(f"{index}/versions/{version}/manifest.json"))
+                                ["artifact"]["sha256"][:16])
+    killed = ans("s3://s3index/answers/resumed.jsonl", kill_at="after_shard:2")
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert not storage.exists("s3://s3index/answers/resumed.jsonl")
+    assert len([k for k in keys(s3_server, "s3index", "answers/resumed.jsonl.parts/") if "/shard-" in k]) == 2
+    again = ans("s3://s3index/answers/resumed.jsonl")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "2/8 shards already written" in again.stdout
+    assert storage.read_bytes("s3://s3index/answers/resumed.jsonl") == \
+        storage.read_bytes("s3://s3index/answers/whole.jsonl")
+    lines = storage.read_text("s3://s3index/answers/whole.jsonl").splitlines()
+    assert len(lines) == 3 * len(KNOWN) and any(json.loads(x)["status"] == "answered" for x in lines)

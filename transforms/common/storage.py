@@ -237,3 +237,22 @@ def delete_if_match(uri: str, etag: str, s3: Optional[S3Settings] = None) -> Non
     got = read_with_etag(uri, s3)
     if got is not None and got[1] == etag:
         delete(uri, s3)
+
+
+def stat(uri: str, s3: Optional[S3Settings] = None) -> Optional[dict]:
+    """{"size", "mtime", "etag"} of a file/object, or None if there is none."""
+    if is_s3(uri):
+        from botocore.exceptions import ClientError
+        bucket, key = split_s3_uri(uri)
+        try:
+            h = s3_client(s3).head_object(Bucket=bucket, Key=key)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise
+        return {"size": h["ContentLength"], "mtime": h["LastModified"].timestamp(), "etag": h.get("ETag")}
+    try:
+        st = os.stat(uri)
+    except FileNotFoundError:
+        return None
+    return {"size": st.st_size, "mtime": st.st_mtime, "etag": None}
