@@ -33,7 +33,7 @@ from transforms.ingest.embed import model_spec_from_config
 from transforms.index.publish import resolve_index
 from transforms.query.engine import Question, error_record
 from transforms.query.index_cache import CachedIndexAnswerShardFn
-from transforms.query.questions import read_questions
+from transforms.query.question_pieces import plan_pieces, read_piece, shards_for
 
 
 def shard_of(key: str, shards: int) -> int:
@@ -173,6 +173,13 @@ def prepare_parts_dir(parts_dir: str, fingerprint: dict) -> None:
             json.dump(fingerprint, f)
 
 
+def worker_config(cfg: Config) -> Config:
+    """The config the workers get (it is pickled into the job graph): without S3 keys, which the
+    workers resolve from their own environment or instance role."""
+    return cfg.model_copy(update={"s3": cfg.s3.model_copy(update={"access_key_id": None,
+                                                                  "secret_access_key": None})})
+
+
 def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress: bool = True,
                beam_args: Optional[list[str]] = None, log=print) -> dict:
     from transforms.common.counters import read_counters as counters
@@ -186,14 +193,15 @@ def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress
     from transforms.query.engine import check_model
     manifest = json.loads(storage.read_text(storage.join(version_dir, "manifest.json")))
     check_model(manifest, spec)  # refuse before any work, not in every worker
-    shards, fmt = cfg.output.shards, cfg.output.format
+    s3 = s3_settings(cfg)
+    pieces, n_lines = plan_pieces(questions, s3)  # byte ranges / row groups, read inside the pipeline
+    shards, fmt = shards_for(n_lines, cfg.output.questions_per_shard, cfg.output.shards), cfg.output.format
     parts_dir = output + ".parts"
     prepare_parts_dir(parts_dir, run_fingerprint(cfg, version_dir, questions))
     written = set(list_parts(parts_dir, shards, fmt))
     done = {s for s in range(shards) if part_path(parts_dir, s, shards, fmt) in written}
     log(f"ragbeam answer: {questions} against {version_dir} "
         f"({len(done)}/{shards} shards already written)")
-    s3 = s3_settings(cfg)
 
     def keyed(rec):
         key = rec.id if isinstance(rec, Question) else f"line:{rec.get('line')}"
@@ -201,14 +209,15 @@ def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress
 
     with beam.Pipeline(options=pipeline_options(cfg, beam_args)) as p:
         (p
-         | "QuestionFile" >> beam.Create([questions])
-         | "ReadQuestions" >> beam.FlatMap(lambda uri: read_questions(uri, s3=s3))
+         | "QuestionPieces" >> beam.Create(pieces)
+         | "SpreadPieces" >> beam.Reshuffle()
+         | "ReadQuestions" >> beam.FlatMap(lambda piece: read_piece(piece, s3=s3))
          | "KeyByShard" >> beam.Map(keyed)
          | "SkipWrittenShards" >> beam.Filter(lambda kv: kv[0] not in done)
          | "GroupByShard" >> beam.GroupByKey()
          | "OrderAndDedupe" >> beam.MapTuple(lambda s, recs: (s, order_and_dedupe(list(recs))))
          | "AnswerShard" >> beam.ParDo(CachedIndexAnswerShardFn(
-             version_dir, cfg, spec, (manifest.get("artifact") or {}).get("sha256"),
+             version_dir, worker_config(cfg), spec, (manifest.get("artifact") or {}).get("sha256"),
              progress_every_s=5.0 if progress else 0.0))
          | "WriteShard" >> beam.ParDo(WriteShardFn(parts_dir, shards, fmt)))
     stats = counters(p.result)

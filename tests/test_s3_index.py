@@ -178,15 +178,26 @@ def test_killed_index_runs_on_s3_leave_the_live_version_and_a_rerun_equals_an_un
     for name in ("chunks", "documents", "dead_letters"):
         assert rows(mirror, name, drop={"indexed_at", "mtime"}) == rows(local, name, drop={"indexed_at", "mtime"}), name
 
-    # the answer job, everything on S3: a killed run resumes there, output equals an uninterrupted run's
+
+@pytest.fixture(scope="module")
+def s3_index(s3_server, s3_source, test_config):
+    index = "s3://s3index/idx-answer"
+    run_index(s3_config(test_config, s3_server), s3_source, index, progress=False, log=quiet)
+    return index
+
+
+def test_answer_job_from_an_s3_index_to_s3_resumes_after_a_kill(s3_server, s3_index, tmp_path):
+    """Everything on S3: the artifact is cached per version + sha256, a killed run resumes from the
+    shards already in the bucket, and the output equals an uninterrupted run's."""
     from tests.test_answer_job import KNOWN
+    index = s3_index
     c = s3_server.client()
     c.put_object(Bucket="s3index", Key="q/questions.jsonl", Body="".join(
         json.dumps({"id": f"q{i:03d}", "question": q}) + "\n" for i, q in enumerate([q for q, _ in KNOWN] * 3)).encode())
     cache = tmp_path / "index-cache"
     ans = lambda out, **kw: _cli(["answer", "--quiet", "--index", index, "--questions",  # noqa: E731
                                   "s3://s3index/q/questions.jsonl", "--output", out], s3_server,
-                                 RAGBEAM_INDEX_CACHE_DIR=str(cache), **kw)
+                                 RAGBEAM_INDEX_CACHE_DIR=str(cache), RAGBEAM__OUTPUT__SHARDS="8", **kw)
     whole = ans("s3://s3index/answers/whole.jsonl")
     assert whole.returncode == 0, whole.stderr[-3000:]
     version = publish.current_version(index)
@@ -205,3 +216,43 @@ def test_killed_index_runs_on_s3_leave_the_live_version_and_a_rerun_equals_an_un
         storage.read_bytes("s3://s3index/answers/whole.jsonl")
     lines = storage.read_text("s3://s3index/answers/whole.jsonl").splitlines()
     assert len(lines) == 3 * len(KNOWN) and any(json.loads(x)["status"] == "answered" for x in lines)
+
+
+# --- question files read in pieces, answer shards sized by question count -----------------
+
+def test_question_files_read_in_pieces_equal_a_whole_read(s3_server, s3_source, tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from transforms.query.engine import Question
+    from transforms.query.question_pieces import plan_pieces, read_piece, shards_for
+    from transforms.query.questions import read_questions
+    for k, v in _lock_env(s3_server).items():
+        if k.startswith("RAGBEAM__S3__"):
+            monkeypatch.setenv(k, v)
+    lines = []
+    for i in range(3000):
+        if i % 97 == 0:
+            lines.append("not json")
+        elif i % 55 == 0:
+            lines.append("")
+        else:
+            lines.append(json.dumps({"id": f"q{i}", "question": f"what is é{i}?" * (i % 7 + 1)}))
+    jsonl = tmp_path / "q.jsonl"
+    jsonl.write_text("\r\n".join(lines[:1000]) + "\n" + "\n".join(lines[1000:]))  # mixed line ends
+    parquet = tmp_path / "q.parquet"
+    pq.write_table(pa.Table.from_pylist([{"id": f"q{i}", "question": f"x{i}"} for i in range(2500)]), parquet,
+                   row_group_size=700)
+    c = s3_server.client()
+    c.upload_file(str(jsonl), "s3index", "pieces/q.jsonl")
+    c.upload_file(str(parquet), "s3index", "pieces/q.parquet")
+
+    def norm(r):
+        return (r.id, r.line, r.question) if isinstance(r, Question) else json.dumps(r, sort_keys=True)
+    for uri, n_pieces in ((str(jsonl), 62), ("s3://s3index/pieces/q.jsonl", 62), (str(parquet), 4),
+                          ("s3://s3index/pieces/q.parquet", 4)):
+        whole = [norm(r) for r in read_questions(uri)]
+        pieces, n = plan_pieces(uri, piece_bytes=5000)
+        assert len(pieces) == n_pieces, uri
+        assert [norm(r) for p in pieces for r in read_piece(p)] == whole, uri
+        assert n == (3000 if uri.endswith("jsonl") else 2500)
+    assert shards_for(25_000, 10_000) == 3 and shards_for(3, 10_000) == 1 and shards_for(3, 10_000, 8) == 8
