@@ -201,7 +201,7 @@ def test_answer_job_from_an_s3_index_to_s3_resumes_after_a_kill(s3_server, s3_in
     whole = ans("s3://s3index/answers/whole.jsonl")
     assert whole.returncode == 0, whole.stderr[-3000:]
     version = publish.current_version(index)
-    (cached,) = list(cache.glob(f"{version}-*"))
+    (cached,) = [p for p in cache.glob(f"{version}-*") if p.is_dir()]  # beside it: its host lock file
     assert (cached / "index.duckdb").exists()
     assert cached.name.endswith(json.loads(storage.read_text(f"{index}/versions/{version}/manifest.json"))
                                 ["artifact"]["sha256"][:16])
