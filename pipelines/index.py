@@ -296,7 +296,10 @@ def recover_cache_entries(index_dir: str) -> None:
         base = storage.join(index_dir, publish.VERSIONS) + "/"
         pending = sorted({u[len(base):].split("/", 1)[0] for u in storage.list_files(base)
                           if f"/{NEW_ENTRIES_DIR}/" in u})
+        live = publish.current_version(index_dir)
         for name in pending:
+            if live is None or name > live:  # copied to versions/ but never published (killed before CURRENT)
+                continue
             vdir = publish.version_dir(index_dir, name)
             try:
                 namespace = json.loads(storage.read_text(storage.join(vdir, "manifest.json")))["model"]["namespace"]
