@@ -28,6 +28,10 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
 
+# Index and answer jobs with the index on a local S3 server vs a local disk; answer RSS 1x -> 10x.
+bench-s3: $(STAMP)
+	$(BIN)/python -m bench.s3_bench
+
 bench-quick: $(STAMP)
 	$(BIN)/python -m bench.run --quick
 

@@ -161,7 +161,7 @@ def bench_retrieval(cfg, index: dict, questions: list[dict], n_answer: int, batc
     s = run_answer(cfg, index["index_dir"], qfile, out, progress=False, log=quiet)
     if s["questions_written"] != len(sub):
         raise RuntimeError(f"run_answer wrote {s['questions_written']} of {len(sub)} answers")
-    report.add(Figure(SECTION, f"run_answer Beam job q/s ({len(sub)} q, {cfg.output.shards} shards)",
+    report.add(Figure(SECTION, f"run_answer Beam job q/s ({len(sub)} q, {s['shards']} shards)",
                       _rate(len(sub), s["wall_s"]), "q/s", ans_rate, "answer_batch in-process, same questions",
                       note="job wall includes engine setup and shard writes"))
     return {"qvecs": qvecs, "answer_summary": s}

@@ -150,7 +150,8 @@ class AnswerConfig(_Strict):
 class OutputConfig(_Strict):
     format: Literal["jsonl", "parquet"] = "jsonl"
     retrieved_top_k: int = Field(10, ge=1, le=100)
-    shards: int = Field(8, ge=1, le=100000)
+    shards: Optional[int] = Field(None, ge=1, le=100000)  # None: one shard per questions_per_shard questions
+    questions_per_shard: int = Field(10000, ge=1, le=10000000)
     batch_size: int = Field(64, ge=1, le=100000)
 
 

@@ -5,6 +5,12 @@ as one unit and written atomically (temp file + rename) under
 `<output>.parts/`; a rerun skips shards already written, so a crash costs at
 most the shards in flight and no question is ever written twice. When every
 shard is there, they are joined into `<output>` (again temp + rename).
+
+Index, questions and output may be local paths or s3:// URIs. From an index on object
+storage each worker answers from a local copy of the version's artifact, downloaded once
+and verified against the manifest's sha256 (transforms/query/index_cache.py); on object
+storage a shard and the joined output are each one PUT (or one multipart upload), which
+is all-or-nothing like the local rename.
 """
 from __future__ import annotations
 
@@ -17,15 +23,17 @@ from typing import Optional
 
 import apache_beam as beam
 
+from transforms.common import storage
 from transforms.common.fault_injection import kill_point
+from transforms.common.s3 import is_s3
 
 from configs.schema import Config
 from pipelines.options import pipeline_options
 from transforms.ingest.embed import model_spec_from_config
 from transforms.index.publish import resolve_index
-from transforms.query.engine import AnswerShardFn
+from transforms.query.index_cache import CachedIndexAnswerShardFn
+from transforms.query.question_pieces import plan_pieces, read_piece, shards_for
 from transforms.query.records import AnswerRecord, Question
-from transforms.query.questions import read_questions
 
 
 def shard_of(key: str, shards: int) -> int:
@@ -33,7 +41,7 @@ def shard_of(key: str, shards: int) -> int:
 
 
 def part_path(parts_dir: str, shard: int, shards: int, fmt: str) -> str:
-    return os.path.join(parts_dir, f"shard-{shard:05d}-of-{shards:05d}.{fmt}")
+    return storage.join(parts_dir, f"shard-{shard:05d}-of-{shards:05d}.{fmt}")
 
 
 def _key(rec) -> int:
@@ -57,6 +65,13 @@ def order_and_dedupe(records: list) -> list:
 
 
 def write_part(path: str, records: list[dict], fmt: str) -> None:
+    if is_s3(path):
+        import tempfile
+        with tempfile.TemporaryDirectory(prefix="ragbeam-part-") as d:
+            local = os.path.join(d, os.path.basename(path))
+            write_part(local, records, fmt)
+            storage.upload_file(local, path)  # one PUT: the shard exists whole or not at all
+        return
     tmp = path + ".tmp"
     if fmt == "parquet":
         import pyarrow as pa
@@ -86,14 +101,29 @@ class WriteShardFn(beam.DoFn):
         yield len(records)
 
 
+def list_parts(parts_dir: str, shards: int, fmt: str) -> list[str]:
+    if is_s3(parts_dir):
+        return [u for u in storage.list_files(parts_dir, suffix=f"-of-{shards:05d}.{fmt}")
+                if u.rsplit("/", 1)[-1].startswith("shard-")]
+    return sorted(glob.glob(os.path.join(parts_dir, f"shard-*-of-{shards:05d}.{fmt}")))
+
+
 def join_parts(parts_dir: str, output: str, fmt: str, shards: int) -> int:
-    parts = sorted(glob.glob(os.path.join(parts_dir, f"shard-*-of-{shards:05d}.{fmt}")))
+    if is_s3(output):  # join into a local file, streaming the parts one at a time, then one upload
+        import tempfile
+        with tempfile.TemporaryDirectory(prefix="ragbeam-join-") as d:
+            local = os.path.join(d, os.path.basename(output))
+            n = join_parts(parts_dir, local, fmt, shards)
+            storage.upload_file(local, output)
+        return n
+    parts = list_parts(parts_dir, shards, fmt)
     tmp = output + ".tmp"
     n = 0
     if fmt == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
-        tables = [pq.read_table(p) for p in parts]
+        tables = [pq.read_table(pa.BufferReader(storage.read_bytes(p))) if is_s3(p) else pq.read_table(p)
+                  for p in parts]
         tables = [t for t in tables if t.num_rows]
         table = pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
         pq.write_table(table, tmp, compression="zstd")
@@ -101,8 +131,7 @@ def join_parts(parts_dir: str, output: str, fmt: str, shards: int) -> int:
     else:
         with open(tmp, "wb") as out:
             for p in parts:
-                with open(p, "rb") as f:
-                    data = f.read()
+                data = storage.read_bytes(p)
                 out.write(data)
                 n += data.count(b"\n")
     os.replace(tmp, output)
@@ -111,29 +140,42 @@ def join_parts(parts_dir: str, output: str, fmt: str, shards: int) -> int:
 
 def run_fingerprint(cfg: Config, version_dir: str, questions: str) -> dict:
     """What must be equal for written shards to be reused by a resumed run."""
-    stat = os.stat(questions) if os.path.exists(questions) else None
+    stat = storage.stat(questions)
     settings = cfg.model_dump(mode="json", include={"retrieve", "rerank", "answer", "output", "embed"})
     settings["answer"].pop("api_key", None)
-    return {"questions": questions, "questions_size": stat.st_size if stat else None,
-            "questions_mtime": stat.st_mtime if stat else None,
-            "index_version": os.path.basename(version_dir),
-            "settings": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]}
+    out = {"questions": questions, "questions_size": stat["size"] if stat else None,
+           "questions_mtime": stat["mtime"] if stat else None,
+           "index_version": version_dir.rstrip("/").rsplit("/", 1)[-1],
+           "settings": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]}
+    if stat and stat["etag"]:
+        out["questions_etag"] = stat["etag"]
+    return out
 
 
 def prepare_parts_dir(parts_dir: str, fingerprint: dict) -> None:
     """Reuse shards only from an interrupted run of the same job; anything else starts afresh."""
     import shutil
-    marker = os.path.join(parts_dir, "_run.json")
+    marker = storage.join(parts_dir, "_run.json")
     try:
-        with open(marker, encoding="utf-8") as f:
-            same = json.load(f) == fingerprint
+        same = json.loads(storage.read_text(marker)) == fingerprint if storage.exists(marker) else False
     except (FileNotFoundError, ValueError):
         same = False
     if not same:
+        if is_s3(parts_dir):
+            storage.delete_tree(parts_dir)
+            storage.write_text(marker, json.dumps(fingerprint))
+            return
         shutil.rmtree(parts_dir, ignore_errors=True)
         os.makedirs(parts_dir)
         with open(marker, "w", encoding="utf-8") as f:
             json.dump(fingerprint, f)
+
+
+def worker_config(cfg: Config) -> Config:
+    """The config the workers get (it is pickled into the job graph): without S3 keys, which the
+    workers resolve from their own environment or instance role."""
+    return cfg.model_copy(update={"s3": cfg.s3.model_copy(update={"access_key_id": None,
+                                                                  "secret_access_key": None})})
 
 
 def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress: bool = True,
@@ -158,24 +200,26 @@ def _run_answer(cfg: Config, index: str, questions: str, output: str, *, progres
     from transforms.query.output_stats import count_output, refuse_foreign_output
 
     started = time.monotonic()
+    from transforms.common.s3 import export_to_environment
+    export_to_environment(s3_settings(cfg))  # workers resolve keys, the graph holds none
     version_dir = resolve_index(index)
     if "://" not in questions and not os.path.isfile(questions):  # a clear error, not a Beam traceback
         raise FileNotFoundError(f"questions not found: {questions}")
     spec = model_spec_from_config(cfg)
     from transforms.query.engine import check_model
-    with open(os.path.join(version_dir, "manifest.json"), encoding="utf-8") as f:
-        check_model(json.load(f), spec)  # refuse before any work, not in every worker
-    shards, fmt = cfg.output.shards, cfg.output.format
+    manifest = json.loads(storage.read_text(storage.join(version_dir, "manifest.json")))
+    check_model(manifest, spec)  # refuse before any work, not in every worker
+    s3 = s3_settings(cfg)
+    pieces, n_lines = plan_pieces(questions, s3)  # byte ranges / row groups, read inside the pipeline
+    shards, fmt = shards_for(n_lines, cfg.output.questions_per_shard, cfg.output.shards), cfg.output.format
     parts_dir = output + ".parts"
     fingerprint = run_fingerprint(cfg, version_dir, questions)
     refuse_foreign_output(output, parts_dir, fingerprint, overwrite)
     prepare_parts_dir(parts_dir, fingerprint)
-    done = {s for s in range(shards) if os.path.exists(part_path(parts_dir, s, shards, fmt))}
+    written = set(list_parts(parts_dir, shards, fmt))
+    done = {s for s in range(shards) if part_path(parts_dir, s, shards, fmt) in written}
     log(f"ragbeam answer: {questions} against {version_dir} "
         f"({len(done)}/{shards} shards already written)")
-    s3 = s3_settings(cfg)
-    from transforms.common.s3 import export_to_environment
-    export_to_environment(s3)  # workers resolve keys, the graph holds none
 
     def keyed(rec):
         key = rec.id if isinstance(rec, Question) else f"line:{rec.line}"
@@ -183,14 +227,16 @@ def _run_answer(cfg: Config, index: str, questions: str, output: str, *, progres
 
     with beam.Pipeline(options=pipeline_options(cfg, beam_args)) as p:
         (p
-         | "QuestionFile" >> beam.Create([questions])
-         | "ReadQuestions" >> beam.FlatMap(lambda uri: read_questions(uri, s3=s3))
+         | "QuestionPieces" >> beam.Create(pieces)
+         | "SpreadPieces" >> beam.Reshuffle()
+         | "ReadQuestions" >> beam.FlatMap(lambda piece: read_piece(piece, s3=s3))
          | "KeyByShard" >> beam.Map(keyed)
          | "SkipWrittenShards" >> beam.Filter(lambda kv: kv[0] not in done)
          | "GroupByShard" >> beam.GroupByKey()
          | "OrderAndDedupe" >> beam.MapTuple(lambda s, recs: (s, order_and_dedupe(list(recs))))
-         | "AnswerShard" >> beam.ParDo(AnswerShardFn(version_dir, cfg, spec,
-                                                     progress_every_s=5.0 if progress else 0.0, trace=trace))
+         | "AnswerShard" >> beam.ParDo(CachedIndexAnswerShardFn(
+             version_dir, worker_config(cfg), spec, (manifest.get("artifact") or {}).get("sha256"),
+             progress_every_s=5.0 if progress else 0.0, trace=trace))
          | "WriteShard" >> beam.ParDo(WriteShardFn(parts_dir, shards, fmt)))
     stats = counters(p.result)
     n = join_parts(parts_dir, output, fmt, shards)
@@ -201,7 +247,11 @@ def _run_answer(cfg: Config, index: str, questions: str, output: str, *, progres
                "answered_this_run": stats.get("answered", 0) + stats.get("not_found", 0)
                + stats.get("answer_errors", 0),
                "shards_skipped": len(done), "shards": shards,
-               "wall_s": round(time.monotonic() - started, 2), "index_version": os.path.basename(version_dir)}
-    with open(output + ".summary.json", "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2)
+               "wall_s": round(time.monotonic() - started, 2),
+               "index_version": version_dir.rstrip("/").rsplit("/", 1)[-1]}
+    if is_s3(output):
+        storage.write_json(output + ".summary.json", summary)
+    else:
+        with open(output + ".summary.json", "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2)
     return summary

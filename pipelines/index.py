@@ -4,6 +4,13 @@ The driver lists the source, runs one Beam pipeline that writes the shards of a
 new version into a staging dir, builds the DuckDB artifact from those shards,
 writes the manifest and summary, and only then publishes the version by
 switching the CURRENT pointer. A failure anywhere leaves the live version as it was.
+
+The index directory may be a local path or an s3:// prefix. On object storage the
+workers write their shards straight into the staging prefix; the driver mirrors the
+shards it needs into a local scratch dir, builds the artifact there, uploads what it
+made (the artifact's sha256 in the manifest) and publishes (CURRENT written last).
+The listing never travels in the job graph: the plan is written as files into the
+staging prefix and read inside the pipeline.
 """
 from __future__ import annotations
 
@@ -27,7 +34,8 @@ from transforms.index.incremental import (SOURCES_READ_DIR, Plan as IndexPlan, l
                                     write_sources_and_carry)
 from transforms.common.counters import DEAD_LETTER, read_counters
 from transforms.common.fault_injection import kill_point
-from transforms.common.s3 import export_to_environment, settings_from_config
+from transforms.common import storage
+from transforms.common.s3 import export_to_environment, is_s3, settings_from_config
 from transforms.ingest.acl import MATCH_VERSION as ACL_MATCH_VERSION
 from transforms.ingest.guards import refuse_output_inside_input
 from transforms.ingest.parse import ParseObjects
@@ -62,12 +70,14 @@ def build_index_pipeline(p: beam.Pipeline, plan: IndexPlan, out_dir: str, cfg: C
     settings = chunk_settings(cfg, spec)
     acl_rules = tuple((r.prefix, tuple(r.groups)) for r in cfg.acl)
 
-    listed = (p | "ListSource" >> beam.Create(plan.to_read).with_output_types(ListedObject)
+    plan_files = write_plan_files(plan.to_read, out_dir)
+    listed = (p | "ListSource" >> beam.Create(plan_files).with_output_types(str)
+                | "ReadPlan" >> beam.FlatMap(read_plan_file).with_output_types(ListedObject)
                 | "SpreadReads" >> beam.Reshuffle())
     read = listed | "Read" >> ReadSource(settings_from_config(cfg), cfg.source.max_object_bytes)
     raws = read.objects
     (raws | "SourceRows" >> beam.Map(source_row).with_output_types(dict)
-          | "WriteSourcesRead" >> WriteShards(os.path.join(out_dir, SOURCES_READ_DIR), SOURCE_SCHEMA))
+          | "WriteSourcesRead" >> WriteShards(storage.join(out_dir, SOURCES_READ_DIR), SOURCE_SCHEMA))
     uniques = raws | "DedupeByContent" >> DedupeByContent(plan.extra_copies(), plan.known_rep)
     parsed = uniques | "Parse" >> ParseObjects(acl_rules, cfg.source.root, ocr_settings(cfg))
     documents = parsed.documents | "DedupeDocuments" >> DedupeDocuments()
@@ -76,14 +86,37 @@ def build_index_pipeline(p: beam.Pipeline, plan: IndexPlan, out_dir: str, cfg: C
                                                                spec.tokenizer_path)
     embedded = chunks | "Embed" >> EmbedChunks(spec, cfg.embed.batch_size, indexed_at, cache_dir,
                                                progress_every_s=5.0 if progress else 0.0)
-    embedded.rows | "WriteChunks" >> WriteShards(os.path.join(out_dir, CHUNKS_DIR), chunk_schema(spec.dim))
+    embedded.rows | "WriteChunks" >> WriteShards(storage.join(out_dir, CHUNKS_DIR), chunk_schema(spec.dim))
     embedded[EmbedChunksFn.NEW_EMBEDDINGS] | "WriteNewEmbeddings" >> WriteShards(
-        os.path.join(out_dir, NEW_ENTRIES_DIR), cache_schema(spec.dim))
-    chunked[DOCUMENTS] | "WriteDocuments" >> WriteShards(os.path.join(out_dir, DOCUMENTS_DIR), DOCUMENT_SCHEMA)
+        storage.join(out_dir, NEW_ENTRIES_DIR), cache_schema(spec.dim))
+    chunked[DOCUMENTS] | "WriteDocuments" >> WriteShards(storage.join(out_dir, DOCUMENTS_DIR), DOCUMENT_SCHEMA)
     ((read[DEAD_LETTER], parsed[DEAD_LETTER], chunked[DEAD_LETTER])
      | "FlattenDeadLetters" >> beam.Flatten()
      | "DeadLetterRows" >> beam.Map(dead_letter_row).with_output_types(dict)
-     | "WriteDeadLetters" >> WriteShards(os.path.join(out_dir, DEAD_LETTERS_DIR), DEAD_LETTER_SCHEMA))
+     | "WriteDeadLetters" >> WriteShards(storage.join(out_dir, DEAD_LETTERS_DIR), DEAD_LETTER_SCHEMA))
+
+
+PLAN_DIR = "_plan"
+PLAN_LINES_PER_FILE = 500  # objects per plan file: the unit a worker picks up before the reshuffle
+
+
+def write_plan_files(to_read: list[ListedObject], out_dir: str) -> list[str]:
+    """The objects to read, as JSONL files under <staging>/_plan/: the job graph carries only
+    their names (runners cap graph size; a listing of millions of keys would not fit)."""
+    import dataclasses
+    names = []
+    for i in range(0, len(to_read), PLAN_LINES_PER_FILE):
+        uri = storage.join(out_dir, PLAN_DIR, f"plan-{i // PLAN_LINES_PER_FILE:06d}.jsonl")
+        storage.write_text(uri, "".join(json.dumps(dataclasses.asdict(lo)) + "\n"
+                                        for lo in to_read[i:i + PLAN_LINES_PER_FILE]))
+        names.append(uri)
+    return names
+
+
+def read_plan_file(uri: str):
+    for line in storage.read_text(uri).splitlines():
+        if line:
+            yield ListedObject(**json.loads(line))
 
 
 def current_versions(cfg: Config, spec: ModelSpec) -> dict:
@@ -100,10 +133,14 @@ def current_versions(cfg: Config, spec: ModelSpec) -> dict:
 
 
 def plan_run(cfg: Config, input_uri: str, index_dir: str, spec: ModelSpec,
-             report: Optional[dict] = None) -> IndexPlan:
+             report: Optional[dict] = None, scratch: Optional[str] = None) -> IndexPlan:
     listed = list_objects(input_uri, settings_from_config(cfg), report=report,
                           follow_outside=cfg.source.follow_links_outside_root)
-    live = load_live(index_dir) if os.path.isdir(index_dir) else None
+    if is_s3(index_dir):
+        export_to_environment(settings_from_config(cfg))
+        live = load_live(index_dir, scratch, with_artifact=cfg.gate is not None)
+    else:
+        live = load_live(index_dir) if os.path.isdir(index_dir) else None
     return make_plan(listed, live, processing_key(current_versions(cfg, spec)), cfg.source.full_hash)
 
 
@@ -151,51 +188,68 @@ def dry_run(cfg: Config, input_uri: str, index_dir: str) -> str:
 
 def run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool = True,
               beam_args: Optional[list[str]] = None, log=print) -> dict:
-    """Index `input_uri` into a new version of `index_dir`; return the run summary."""
-    if "://" in index_dir:
-        raise IndexPathError(f"--output {index_dir}: the index directory must be a local or mounted path "
-                         "(DuckDB opens it as a file); object-store index directories are not supported")
+    """Index `input_uri` into a new version of `index_dir` (a local path or s3://); return the run summary."""
+    if "://" in index_dir and not is_s3(index_dir):
+        raise IndexPathError(f"--output {index_dir}: the index directory must be a local path or an s3:// prefix")
     refuse_output_inside_input(input_uri, index_dir, IndexPathError)
-    os.makedirs(index_dir, exist_ok=True)
-    with publish.index_lock(index_dir):  # one writer per index: a second run waits for none, it fails
-        return _run_index(cfg, input_uri, index_dir, progress=progress, beam_args=beam_args, log=log)
+    export_to_environment(settings_from_config(cfg))  # workers resolve keys, the graph holds none
+    if is_s3(index_dir):
+        index_dir = index_dir.rstrip("/")
+    else:
+        os.makedirs(index_dir, exist_ok=True)
+    with publish.index_lock(index_dir) as lock:  # one writer per index: a second run waits for none, it fails
+        import shutil
+        import tempfile
+        scratch = tempfile.mkdtemp(prefix="ragbeam-index-") if is_s3(index_dir) else None
+        try:
+            return _run_index(cfg, input_uri, index_dir, progress=progress, beam_args=beam_args, log=log,
+                              lock=lock, scratch=scratch)
+        finally:
+            if scratch:
+                shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
-               beam_args: Optional[list[str]], log) -> dict:
+               beam_args: Optional[list[str]], log, lock=None, scratch: Optional[str] = None) -> dict:
     from transforms.index.manifest import reconcile, write_run_outputs
     from transforms.index.build import build_version_artifact
 
     started = time.monotonic()
     spec = model_spec_from_config(cfg)
     log(f"ragbeam index: listing {input_uri}")
+    remote = is_s3(index_dir)
     skipped_at_listing: dict = {}
-    plan = plan_run(cfg, input_uri, index_dir, spec, report=skipped_at_listing)
+    plan = plan_run(cfg, input_uri, index_dir, spec, report=skipped_at_listing, scratch=scratch)
     if not plan.listed:
         raise FileNotFoundError(f"{input_uri}: no objects to index")
     version = publish.new_version_name()
     publish.clear_staging(index_dir)
     cache_dir = namespace_dir(index_dir, spec.namespace)
     recover_cache_entries(index_dir)
-    out_dir = publish.staging_dir(index_dir, version)
-    os.makedirs(out_dir, exist_ok=True)
+    out_dir = publish.staging_dir(index_dir, version)  # the workers write here (local dir or S3 prefix)
+    work_dir = os.path.join(scratch, "staging", version) if remote else out_dir  # the driver works here
+    os.makedirs(work_dir, exist_ok=True)
     indexed_at = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     log(f"ragbeam index: {len(plan.listed)} objects, {len(plan.to_read)} to read, "
         f"{len(plan.skipped)} unchanged, {len(plan.removed)} removed -> version {version} ({cfg.runner.name})")
 
-    export_to_environment(settings_from_config(cfg))  # workers resolve keys, the graph holds none
     with beam.Pipeline(options=pipeline_options(cfg, beam_args)) as p:
         build_index_pipeline(p, plan, out_dir, cfg, spec, indexed_at, cache_dir, progress=progress)
     stats = read_counters(p.result)
     pipeline_s = time.monotonic() - started
+    storage.delete_tree(storage.join(out_dir, PLAN_DIR))
     kill_point("after_pipeline")
 
-    changes = write_sources_and_carry(plan, out_dir)
-    if not shard_has_rows(out_dir, CHUNKS_DIR):
+    fetched = storage.download_tree(out_dir, work_dir, only=tuple(
+        d + "/" for d in (CHUNKS_DIR, DOCUMENTS_DIR, DEAD_LETTERS_DIR, SOURCES_READ_DIR))) if remote else []
+    changes = write_sources_and_carry(plan, work_dir)
+    if not shard_has_rows(work_dir, CHUNKS_DIR):
         dead = stats.get("read_errors", 0) + stats.get("dead_lettered_parse", 0)
         raise NoChunksError(f"no chunks to index from {input_uri}: {len(plan.listed)} objects, "
                             f"{dead} dead-lettered (reasons in {out_dir}/dead_letters); nothing published")
-    artifact = build_version_artifact(out_dir, cfg, spec) if cfg.artifacts.build else {}
+    artifact = build_version_artifact(work_dir, cfg, spec) if cfg.artifacts.build else {}
+    if artifact:
+        artifact["sha256"] = storage.sha256_file(os.path.join(work_dir, "index.duckdb"))
     kill_point("after_artifact")
     summary = reconcile(stats, listed=len(plan.listed), skipped=len(plan.skipped))
     summary.update(changes)
@@ -205,16 +259,20 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
                    pipeline_s=round(pipeline_s, 2), artifact=artifact,
                    previous_version=os.path.basename(plan.live.version_dir) if plan.live else None)
     versions = current_versions(cfg, spec)
-    write_run_outputs(out_dir, cfg, spec, summary, versions=versions, processing_key=processing_key(versions))
+    write_run_outputs(work_dir, cfg, spec, summary, versions=versions, processing_key=processing_key(versions))
     # The eval gate (if configured) decides before anything becomes visible.
     from transforms.evaluation.gate import check_gate
-    gate = check_gate(cfg, out_dir, index_dir, plan.live.version_dir if plan.live else None, log=log)
+    gate = check_gate(cfg, work_dir, index_dir, plan.live.version_dir if plan.live else None, log=log)
     if gate is not None:
         summary["gate"] = gate
-        write_run_outputs(out_dir, cfg, spec, summary, versions=versions,
+        write_run_outputs(work_dir, cfg, spec, summary, versions=versions,
                           processing_key=processing_key(versions))
         if not gate["passed"]:
             raise GateFailed(gate, summary)
+    if remote:
+        upload_driver_outputs(work_dir, out_dir, fetched)
+    if lock is not None:
+        lock.check()  # a run whose lease ran out must not publish over its successor
     publish.publish(index_dir, version)
     kill_point("after_publish")
     # Commit after success: the new vectors join the cache only now.
@@ -223,11 +281,41 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
     return summary
 
 
+def upload_driver_outputs(work_dir: str, out_dir: str, fetched: list[str]) -> None:
+    """Make the staging prefix equal the driver's work dir: upload what the driver made (sources,
+    carried rows, artifact, manifest and summary last), drop what it consumed (sources_read)."""
+    made = sorted(os.path.relpath(os.path.join(d, f), work_dir).replace(os.sep, "/")
+                  for d, _, files in os.walk(work_dir) for f in files)
+    made_set, fetched_set = set(made), set(fetched)
+    last = ("manifest.json", "summary.json")
+    for rel in [r for r in made if r not in fetched_set and r not in last] + [r for r in last if r in made_set]:
+        storage.upload_file(os.path.join(work_dir, rel), storage.join(out_dir, rel),
+                            kill_point_name="during_artifact_upload" if rel == "index.duckdb" else None)
+    for rel in fetched:
+        if rel not in made_set:
+            storage.delete(storage.join(out_dir, rel))
+
+
 def recover_cache_entries(index_dir: str) -> None:
     """A run killed between publishing and committing its new vectors left them in its version
     dir; they are durable and published, so they can join the cache now."""
     import glob
     from transforms.ingest.embed_cache import NEW_ENTRIES_DIR
+    if is_s3(index_dir):
+        base = storage.join(index_dir, publish.VERSIONS) + "/"
+        pending = sorted({u[len(base):].split("/", 1)[0] for u in storage.list_files(base)
+                          if f"/{NEW_ENTRIES_DIR}/" in u})
+        live = publish.current_version(index_dir)
+        for name in pending:
+            if live is None or name > live:  # copied to versions/ but never published (killed before CURRENT)
+                continue
+            vdir = publish.version_dir(index_dir, name)
+            try:
+                namespace = json.loads(storage.read_text(storage.join(vdir, "manifest.json")))["model"]["namespace"]
+            except Exception:
+                continue  # no manifest: not a version (yet), nothing of it is published
+            commit_new_entries(vdir, namespace_dir(index_dir, namespace), name)
+        return
     for pending in sorted(glob.glob(os.path.join(index_dir, publish.VERSIONS, "*", NEW_ENTRIES_DIR))):
         version_path = os.path.dirname(pending)
         manifest = os.path.join(version_path, "manifest.json")

@@ -116,6 +116,7 @@ def test_answer_job_reads_every_format_and_keeps_bad_lines(mini_index, test_conf
 def _answer_cmd(index_dir, qfile, out, kill_at=None):
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     env.pop("RAGBEAM_FAULT_KILL_AT", None)
+    env["RAGBEAM__OUTPUT__SHARDS"] = "8"  # fixed shards (the default sizes them by question count)
     if kill_at:
         env["RAGBEAM_FAULT_KILL_AT"] = kill_at
     return subprocess.run([sys.executable, "-m", "pipelines.cli", "answer", "--quiet", "--index", str(index_dir),

@@ -145,8 +145,12 @@ def test_dofn_reads_and_dead_letters(s3_server, s3_corpus):
     assert s3_server.secret_key not in out.value.reason
 
 
-def test_dofn_in_pipeline(s3_server, corpus, s3_corpus):
+def test_dofn_in_pipeline(s3_server, corpus, s3_corpus, monkeypatch):
     root, files = corpus
+    from transforms.common.s3 import export_to_environment
+    for k in ("RAGBEAM__S3__ENDPOINT_URL", "RAGBEAM__S3__ACCESS_KEY_ID", "RAGBEAM__S3__SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(k, raising=False)
+    export_to_environment(s3_server.settings())  # as the jobs do: the in-process workers find the keys there
     listed = list_objects(s3_corpus, s3_server.settings())
     missing = ListedObject(f"{s3_corpus}/gone.md", "gone.md", 3, 0.0)
     opts = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])

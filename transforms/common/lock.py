@@ -1,12 +1,21 @@
-"""Exclusive, non-blocking run locks (flock): a second run on the same target fails at once.
+"""Exclusive, non-blocking run locks: a second run on the same target fails at once.
 
-The kernel drops the lock when the process dies, so a killed run never leaves a stale lock.
+Local paths: flock (the kernel drops it when the process dies, so a killed run never leaves a
+stale lock). s3:// paths: a leased lock object (S3Lease) that a killed run's successor takes
+over once the lease has expired.
 """
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
 import os
+import secrets
+import threading
+from typing import Optional
+
+from transforms.common import storage
+from transforms.common.s3 import is_s3
 
 
 class BusyError(RuntimeError):
@@ -15,6 +24,15 @@ class BusyError(RuntimeError):
 
 @contextlib.contextmanager
 def exclusive_lock(lock_path: str, what: str):
+    if is_s3(lock_path):
+        lease = S3Lease(lock_path, f"{what} is being written by another run",
+                        float(os.environ.get(ENV_LEASE) or DEFAULT_LEASE_S))
+        lease.acquire()
+        try:
+            yield lease
+        finally:
+            lease.release()
+        return
     parent = os.path.dirname(lock_path)
     if parent:
         os.makedirs(parent, exist_ok=True)
@@ -27,3 +45,84 @@ def exclusive_lock(lock_path: str, what: str):
         yield
     finally:
         os.close(fd)
+
+
+DEFAULT_LEASE_S = 600.0
+ENV_LEASE = "RAGBEAM_INDEX_LOCK_LEASE_S"
+
+
+class LockLost(RuntimeError):
+    pass
+
+
+class S3Lease:
+    """A lock object on object storage (INDEX/.lock, <output>.lock): {owner, expires_at}, created with If-None-Match: * (only one
+    creator wins), renewed by a heartbeat with If-Match: <our ETag> (only the holder renews), taken
+    over with If-Match: <the expired lock's ETag> once its lease has run out (a killed run's lock),
+    deleted on release. Expiry is judged on the wall clock of the contender: clocks must agree to
+    well within a lease."""
+
+    def __init__(self, uri: str, busy_message: str, lease_s: float, error=None):
+        import socket
+        self.uri, self.busy_message, self.lease_s = uri, busy_message, lease_s
+        self.error = error or BusyError
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.etag: Optional[str] = None
+        self.lost: Optional[str] = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def _body(self) -> bytes:
+        import json
+        import time
+        now = time.time()
+        return json.dumps({"owner": self.owner, "renewed_at": now, "expires_at": now + self.lease_s,
+                           "lease_s": self.lease_s}).encode()
+
+    def acquire(self) -> None:
+        import json
+        import time
+        self.etag = storage.put_if_absent(self.uri, self._body())
+        if self.etag is None:
+            got = storage.read_with_etag(self.uri)
+            if got is None:  # released in between: one more try
+                self.etag = storage.put_if_absent(self.uri, self._body())
+            else:
+                try:
+                    held = json.loads(got[0])
+                except ValueError:
+                    held = {"owner": "?", "expires_at": 0}
+                if held.get("expires_at", 0) > time.time():
+                    until = datetime.datetime.fromtimestamp(held["expires_at"], datetime.timezone.utc)
+                    raise self.error(
+                        f"{self.busy_message}: lock {self.uri} is held by "
+                        f"{held.get('owner')} until {until:%Y-%m-%d %H:%M:%S} UTC (renewed while it runs; "
+                        f"a killed run's lock is taken over when its lease expires)")
+                self.etag = storage.put_if_match(self.uri, self._body(), got[1])  # take over the expired lock
+            if self.etag is None:
+                raise self.error(f"{self.busy_message} (lock {self.uri} changed while we tried to take it)")
+        self._thread = threading.Thread(target=self._heartbeat, name="s3-lock-lease", daemon=True)
+        self._thread.start()
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(max(self.lease_s / 3.0, 0.2)):
+            try:
+                etag = storage.put_if_match(self.uri, self._body(), self.etag)
+            except Exception:  # a network blip: try again at the next beat, the lease still runs
+                continue
+            if etag is None:
+                self.lost = f"lock {self.uri} was taken over by another run (our lease ran out)"
+                return
+            self.etag = etag
+
+    def check(self) -> None:
+        """Raise if the lease was lost: called before anything becomes visible."""
+        if self.lost:
+            raise LockLost(self.lost)
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+        if self.etag and not self.lost:
+            storage.delete_if_match(self.uri, self.etag)

@@ -62,11 +62,18 @@ def write_json(uri: str, data, s3: Optional[S3Settings] = None) -> None:
     write_text(uri, json.dumps(data, indent=2, sort_keys=True, default=str), s3)
 
 
-def upload_file(local_path: str, uri: str, s3: Optional[S3Settings] = None) -> None:
-    """Copy a finished local file to uri, atomically (multipart upload completes whole or not at all)."""
+def upload_file(local_path: str, uri: str, s3: Optional[S3Settings] = None,
+                kill_point_name: Optional[str] = None) -> None:
+    """Copy a finished local file to uri, atomically (multipart upload completes whole or not at all).
+
+    kill_point_name: a fault-injection point hit while bytes are in flight (crash tests)."""
     if is_s3(uri):
         bucket, key = split_s3_uri(uri)
-        s3_client(s3).upload_file(local_path, bucket, key)
+        callback = None
+        if kill_point_name:
+            from transforms.common.fault_injection import kill_point
+            callback = lambda _n: kill_point(kill_point_name)  # noqa: E731
+        s3_client(s3).upload_file(local_path, bucket, key, Callback=callback)
         return
     tmp = uri + ".tmp"
     os.makedirs(os.path.dirname(uri) or ".", exist_ok=True)
@@ -88,8 +95,14 @@ def download_file(uri: str, local_path: str, s3: Optional[S3Settings] = None) ->
 
 def read_bytes(uri: str, s3: Optional[S3Settings] = None) -> bytes:
     if is_s3(uri):
+        from botocore.exceptions import ClientError
         bucket, key = split_s3_uri(uri)
-        return s3_client(s3).get_object(Bucket=bucket, Key=key)["Body"].read()
+        try:
+            return s3_client(s3).get_object(Bucket=bucket, Key=key)["Body"].read()
+        except ClientError as e:  # one exception for a missing file, local or remote
+            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                raise FileNotFoundError(uri) from None
+            raise
     with open(uri, "rb") as f:
         return f.read()
 
@@ -146,3 +159,106 @@ def delete(uri: str, s3: Optional[S3Settings] = None) -> None:
         s3_client(s3).delete_object(Bucket=bucket, Key=key)
     elif os.path.exists(uri):
         os.remove(uri)
+
+
+def copy(src: str, dst: str, s3: Optional[S3Settings] = None) -> None:
+    """Copy one object/file; on S3 a server-side copy (no bytes through this process)."""
+    if is_s3(src) and is_s3(dst):
+        sb, sk = split_s3_uri(src)
+        db, dk = split_s3_uri(dst)
+        s3_client(s3).copy({"Bucket": sb, "Key": sk}, db, dk)  # managed: multipart above 8 MB
+        return
+    if is_s3(dst):
+        upload_file(src, dst, s3)
+    elif is_s3(src):
+        os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+        download_file(src, dst, s3)
+    else:
+        upload_file(src, dst, s3)
+
+
+def sha256_file(path: str, chunk: int = 1 << 20) -> str:
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def download_tree(prefix: str, local_dir: str, s3: Optional[S3Settings] = None,
+                  only: Optional[tuple[str, ...]] = None) -> list[str]:
+    """Copy every file under prefix (optionally only those whose relative path starts with one of
+    `only`) into local_dir, keeping relative paths; returns the relative paths copied."""
+    base = prefix.rstrip("/") + "/"
+    got = []
+    for uri in list_files(prefix, s3):
+        rel = uri[len(base):] if is_s3(prefix) else os.path.relpath(uri, prefix)
+        if only and not rel.startswith(only):
+            continue
+        target = os.path.join(local_dir, *rel.split("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        download_file(uri, target, s3)
+        got.append(rel)
+    return got
+
+
+def put_if_absent(uri: str, data: bytes, s3: Optional[S3Settings] = None) -> Optional[str]:
+    """Create an S3 object only if there is none (If-None-Match: *): its ETag, or None if it existed."""
+    return _conditional_put(uri, data, s3, IfNoneMatch="*")
+
+
+def put_if_match(uri: str, data: bytes, etag: str, s3: Optional[S3Settings] = None) -> Optional[str]:
+    """Replace an S3 object only if it is still the version `etag`: the new ETag, or None."""
+    return _conditional_put(uri, data, s3, IfMatch=etag)
+
+
+def _conditional_put(uri: str, data: bytes, s3: Optional[S3Settings], **cond) -> Optional[str]:
+    from botocore.exceptions import ClientError
+    bucket, key = split_s3_uri(uri)
+    try:
+        return s3_client(s3).put_object(Bucket=bucket, Key=key, Body=data, **cond)["ETag"]
+    except ClientError as e:
+        if e.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict", "412",
+                                                       "409"):
+            return None
+        raise
+
+
+def read_with_etag(uri: str, s3: Optional[S3Settings] = None) -> Optional[tuple[bytes, str]]:
+    """(body, ETag) of an S3 object, or None if there is none."""
+    from botocore.exceptions import ClientError
+    bucket, key = split_s3_uri(uri)
+    try:
+        r = s3_client(s3).get_object(Bucket=bucket, Key=key)
+    except ClientError as e:
+        if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise
+    return r["Body"].read(), r["ETag"]
+
+
+def delete_if_match(uri: str, etag: str, s3: Optional[S3Settings] = None) -> None:
+    """Delete an S3 object if it is still `etag` (best effort where the store has no conditional delete)."""
+    got = read_with_etag(uri, s3)
+    if got is not None and got[1] == etag:
+        delete(uri, s3)
+
+
+def stat(uri: str, s3: Optional[S3Settings] = None) -> Optional[dict]:
+    """{"size", "mtime", "etag"} of a file/object, or None if there is none."""
+    if is_s3(uri):
+        from botocore.exceptions import ClientError
+        bucket, key = split_s3_uri(uri)
+        try:
+            h = s3_client(s3).head_object(Bucket=bucket, Key=key)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise
+        return {"size": h["ContentLength"], "mtime": h["LastModified"].timestamp(), "etag": h.get("ETag")}
+    try:
+        st = os.stat(uri)
+    except FileNotFoundError:
+        return None
+    return {"size": st.st_size, "mtime": st.st_mtime, "etag": None}

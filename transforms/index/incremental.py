@@ -23,6 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from transforms.common import storage
+from transforms.common.s3 import is_s3
 from transforms.index import publish
 from transforms.ingest.read import ListedObject
 from transforms.records import DEAD_LETTER_SCHEMA, DOCUMENT_SCHEMA, SOURCE_SCHEMA, chunk_schema, embedding_dim
@@ -47,11 +49,26 @@ class LiveIndex:
     known_hashes: set[str]  # contents with rows (documents or dead letters) in the live version
 
 
-def load_live(index_dir: str) -> Optional[LiveIndex]:
+def mirror_version(version_uri: str, local_root: str, with_artifact: bool = False) -> str:
+    """A local copy of a version on object storage (its tables and manifest; the DuckDB artifact
+    only when asked): the driver plans and carries rows over from it as from a local version."""
+    name = version_uri.rstrip("/").rsplit("/", 1)[-1]
+    local = os.path.join(local_root, name)
+    only = ("manifest.json", SOURCES_DIR + "/", DOCUMENTS_DIR + "/", DEAD_LETTERS_DIR + "/", CHUNKS_DIR + "/")
+    storage.download_tree(version_uri, local, only=only + (("index.duckdb",) if with_artifact else ()))
+    return local
+
+
+def load_live(index_dir: str, scratch: Optional[str] = None, with_artifact: bool = False) -> Optional[LiveIndex]:
+    """The live version; on object storage it is mirrored under `scratch` first (a temp dir if unset)."""
     name = publish.current_version(index_dir)
     if name is None:
         return None
     vdir = publish.version_dir(index_dir, name)
+    if is_s3(index_dir):
+        import tempfile
+        vdir = mirror_version(vdir, os.path.join(scratch or tempfile.mkdtemp(prefix="ragbeam-"), "live"),
+                              with_artifact)
     with open(os.path.join(vdir, "manifest.json"), encoding="utf-8") as f:
         manifest = json.load(f)
     if not shard_files(vdir, SOURCES_DIR):

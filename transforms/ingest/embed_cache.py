@@ -17,6 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from transforms.common import storage
+from transforms.common.s3 import is_s3
 
 
 def cache_schema(dim: int) -> pa.Schema:
@@ -33,7 +35,13 @@ def cache_key(embed_text: str) -> str:
 
 def namespace_dir(index_dir: str, namespace: str) -> str:
     digest = hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:16]
-    return os.path.join(index_dir, "cache", "embeddings", digest)
+    return storage.join(index_dir, "cache", "embeddings", digest)
+
+
+def _read_parquet(uri: str) -> pa.Table:
+    if is_s3(uri):
+        return pq.read_table(pa.BufferReader(storage.read_bytes(uri)))
+    return pq.read_table(uri)
 
 
 class EmbeddingCache:
@@ -45,10 +53,13 @@ class EmbeddingCache:
 
     @classmethod
     def load(cls, directory: Optional[str], dim: int) -> "EmbeddingCache":
-        files = sorted(glob.glob(os.path.join(directory, "*.parquet"))) if directory else []
+        if directory and is_s3(directory):
+            files = storage.list_files(directory, suffix=".parquet")
+        else:
+            files = sorted(glob.glob(os.path.join(directory, "*.parquet"))) if directory else []
         if not files:
             return cls([], np.zeros((0, dim), np.float32))
-        table = pa.concat_tables([pq.read_table(f) for f in files])
+        table = pa.concat_tables([_read_parquet(f) for f in files])
         col = table.column("embedding").combine_chunks()
         if col.type.list_size != dim:  # the namespace folds in the model file, so this is a bug
             raise ValueError(f"embedding cache {directory} holds {col.type.list_size}-d vectors, model has {dim}")
@@ -65,6 +76,14 @@ class EmbeddingCache:
 
 def commit_new_entries(version_dir: str, cache_dir: str, version: str) -> int:
     """Move a published version's new vectors into the cache (one rename per file)."""
+    if is_s3(version_dir):
+        moved = 0
+        for i, f in enumerate(storage.list_files(storage.join(version_dir, NEW_ENTRIES_DIR), suffix=".parquet")):
+            if pq.read_metadata(pa.BufferReader(storage.read_bytes(f))).num_rows:
+                storage.copy(f, storage.join(cache_dir, f"{version}-{i:05d}.parquet"))  # then drop the source
+                moved += 1
+            storage.delete(f)
+        return moved
     files = sorted(glob.glob(os.path.join(version_dir, NEW_ENTRIES_DIR, "*.parquet")))
     os.makedirs(cache_dir, exist_ok=True)
     moved = 0

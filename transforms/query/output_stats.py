@@ -49,11 +49,11 @@ def check_question_file(uri: str, s3=None) -> None:
 
 def refuse_foreign_output(output: str, parts_dir: str, fingerprint: dict, overwrite: bool) -> None:
     """A finished output is replaced only by a rerun of the same job, or with overwrite."""
-    if overwrite or not os.path.exists(output):
+    from transforms.common import storage
+    if overwrite or not storage.exists(output):
         return
     try:
-        with open(os.path.join(parts_dir, "_run.json"), encoding="utf-8") as f:
-            same = json.load(f) == fingerprint
+        same = json.loads(storage.read_text(storage.join(parts_dir, "_run.json"))) == fingerprint
     except (OSError, ValueError):
         same = False
     if not same:
@@ -70,18 +70,21 @@ def count_output(output: str, fmt: str) -> dict:
         counts[status if status in counts else "error"] += 1
         counts["invalid_citations"] += int(invalid or 0)
 
+    from transforms.common import storage
+    data = storage.read_bytes(output)
     if fmt == "parquet":
+        import io
+
         import pyarrow.parquet as pq
-        t = pq.read_table(output)
+        t = pq.read_table(io.BytesIO(data))
         if t.num_rows:
             invalid = t.column("invalid_citations").to_pylist() if "invalid_citations" in t.column_names \
                 else [0] * t.num_rows
             for st, inv in zip(t.column("status").to_pylist(), invalid):
                 add(st, inv)
     else:
-        with open(output, encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    rec = json.loads(line)
-                    add(rec.get("status"), rec.get("invalid_citations"))
+        for line in data.decode("utf-8").splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                add(rec.get("status"), rec.get("invalid_citations"))
     return counts

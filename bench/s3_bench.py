@@ -1,0 +1,115 @@
+"""Index and answer jobs with the index on the local S3 server (SeaweedFS) against the same on a
+local disk, and the answer job's peak RSS as the question file grows 1x -> 10x.
+
+    python -m bench.s3_bench [--docs 40] [--questions 40]     (make bench-s3)
+
+Each job runs as its own process (`python -m pipelines.cli`), so peak RSS is that process's
+own (ru_maxrss of the child). Results: bench/results/s3.md and s3.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _job(args: list[str], env: dict) -> tuple[float, float]:
+    """(wall s, peak RSS MB) of one CLI job in a fresh process."""
+    t0 = time.perf_counter()
+    # a wrapper process per job: RUSAGE_CHILDREN's max is over all children, so measure inside one
+    code = ("import resource, runpy, sys; sys.argv = ['ragbeam'] + sys.argv[1:]\n"
+            "try:\n    runpy.run_module('pipelines.cli', run_name='__main__')\n"
+            "except SystemExit as e:\n    rc = e.code\nelse:\n    rc = 0\n"
+            "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+            "sys.exit(rc or 0)\n")
+    run = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if run.returncode != 0:
+        raise RuntimeError(f"{args}: rc {run.returncode}\n{run.stderr[-3000:]}")
+    peak = [int(line.split()[1]) for line in run.stderr.splitlines() if line.startswith("PEAK_RSS_KB")]
+    return wall, (peak[-1] / 1024 if peak else float("nan"))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--docs", type=int, default=40)
+    ap.add_argument("--questions", type=int, default=40)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    a = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    from infra.s3 import seaweed
+
+    work = Path(tempfile.mkdtemp(prefix="ragbeam-s3-bench-"))
+    server = seaweed.start(work / "s3", access_key="bench", secret_key="bench-secret", volume_max=20,
+                           die_with_parent=True)
+    try:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), **server.env(),
+               "RAGBEAM__S3__ENDPOINT_URL": server.endpoint_url, "RAGBEAM__S3__REGION": server.region,
+               "RAGBEAM__S3__ACCESS_KEY_ID": "bench", "RAGBEAM__S3__SECRET_ACCESS_KEY": "bench-secret",
+               "RAGBEAM_INDEX_CACHE_DIR": str(work / "index-cache")}
+        c = server.client()
+        c.create_bucket(Bucket="bench")
+        docs = sorted(p for p in (ROOT / "samples" / "corpus").rglob("*") if p.is_file())[:a.docs]
+        src = work / "docs"
+        for p in docs:
+            rel = p.relative_to(ROOT / "samples" / "corpus")
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(p, src / rel)
+            c.upload_file(str(p), "bench", f"docs/{rel}")
+        qs = [json.loads(x) for x in (ROOT / "samples" / "questions.jsonl").read_text().splitlines() if x.strip()]
+        figures = {}
+        local_index, s3_index = str(work / "index"), "s3://bench/index"
+        figures["index_local_s"], _ = _job(["index", "--quiet", "--input", "s3://bench/docs", "--output",
+                                            local_index], env)
+        figures["index_s3_s"], _ = _job(["index", "--quiet", "--input", "s3://bench/docs", "--output",
+                                         s3_index], env)
+
+        def qfile(n: int) -> str:
+            path = work / f"q{n}.jsonl"
+            path.write_text("".join(json.dumps({"id": f"q{i}", "question": qs[i % len(qs)]["question"]}) + "\n"
+                                    for i in range(n)))
+            c.upload_file(str(path), "bench", f"q/q{n}.jsonl")
+            return str(path)
+        q1 = qfile(a.questions)
+        figures["answer_local_s"], _ = _job(["answer", "--quiet", "--index", local_index, "--questions", q1,
+                                             "--output", str(work / "a-local.jsonl")], env)
+        figures["answer_s3_s"], figures["answer_s3_rss_1x_mb"] = _job(
+            ["answer", "--quiet", "--index", s3_index, "--questions", f"s3://bench/q/q{a.questions}.jsonl",
+             "--output", "s3://bench/answers/a1.jsonl"], env)
+        qfile(a.questions * 10)
+        figures["answer_s3_10x_s"], figures["answer_s3_rss_10x_mb"] = _job(
+            ["answer", "--quiet", "--index", s3_index, "--questions", f"s3://bench/q/q{a.questions * 10}.jsonl",
+             "--output", "s3://bench/answers/a10.jsonl"], env)
+    finally:
+        server.stop(graceful=False)
+        shutil.rmtree(work, ignore_errors=True)
+    f = figures
+    rows = [
+        ("index job wall, index on S3 vs local disk", f"{f['index_s3_s']:.1f} s", f"{f['index_local_s']:.1f} s",
+         f"{f['index_s3_s'] / f['index_local_s']:.2f}x"),
+        (f"answer job wall ({a.questions} q), index + output on S3 vs local disk", f"{f['answer_s3_s']:.1f} s",
+         f"{f['answer_local_s']:.1f} s", f"{f['answer_s3_s'] / f['answer_local_s']:.2f}x"),
+        (f"answer job peak RSS, 10x questions ({a.questions * 10}) vs 1x ({a.questions})",
+         f"{f['answer_s3_rss_10x_mb']:.0f} MB", f"{f['answer_s3_rss_1x_mb']:.0f} MB",
+         f"{f['answer_s3_rss_10x_mb'] / f['answer_s3_rss_1x_mb']:.2f}x"),
+    ]
+    md = ["| figure | value | baseline | ratio |", "|---|---:|---:|---:|"] + [f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} |"
+                                                                          for r in rows]
+    os.makedirs(a.out, exist_ok=True)
+    Path(a.out, "s3.md").write_text("\n".join(md) + "\n")
+    Path(a.out, "s3.json").write_text(json.dumps({**figures, "docs": len(docs), "questions": a.questions},
+                                                  indent=2))
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
