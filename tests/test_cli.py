@@ -50,8 +50,8 @@ def test_bad_paths_exit_2(mini_index, tmp_path, capsys):
     assert main(["index", "--input", str(tmp_path / "nope"), "--output", str(idx), "--quiet"]) == 2
     assert "input not found" in capsys.readouterr().err
     assert publish.current_version(str(idx)) is None
-    assert main(["index", "--input", str(tmp_path), "--output", "s3://bucket/index", "--quiet"]) == 2
-    assert "must be a local or mounted path" in capsys.readouterr().err
+    assert main(["index", "--input", str(tmp_path), "--output", "gs://bucket/index", "--quiet"]) == 2
+    assert "must be a local path or an s3:// prefix" in capsys.readouterr().err
     (tmp_path / "q.jsonl").write_text('{"id": "q", "question": "What?"}\n')  # the index is what is missing
     for argv in (["answer", "--index", str(tmp_path / "no-index"), "--questions", str(tmp_path / "q.jsonl"),
                   "--output", str(tmp_path / "a.jsonl"), "--quiet"],
