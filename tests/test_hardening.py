@@ -228,10 +228,10 @@ def test_10_an_acl_rule_with_no_groups_is_a_config_error(tmp_path):
 
 
 def _parse(uri, key, data, rules, root=None):
-    from transforms.ingest.parse.dofn import ParseFn
+    from transforms.ingest.parse import parse_unique
     from transforms.records import RawObject, UniqueObject
     raw = RawObject.from_bytes(uri, key, data)
-    return [d for d in ParseFn(rules, root).process(UniqueObject(raw, (uri,))) if hasattr(d, "acl")]
+    return parse_unique(UniqueObject(raw, (uri,)), rules, root)[0]
 
 
 def test_11_a_record_acl_only_narrows_its_path_rule():
@@ -446,10 +446,9 @@ def test_any_known_runner_or_a_runner_class_is_accepted(tmp_path):
 def test_hnsw_recall_on_a_tiny_index_divides_by_min_k_n(tmp_path):
     import numpy as np
     import pyarrow as pa
-    from tests.test_artifacts import _rows
+    from tests.test_artifacts import CHUNK_SCHEMA, _rows
     from transforms.index.artifacts import build_artifact, open_artifact
     from transforms.query.retrieve import hnsw_recall_at_k
-    from transforms.records import CHUNK_SCHEMA
     rows = _rows(np.random.default_rng(0))[:4]
     f = str(tmp_path / "chunks.parquet")
     pq.write_table(pa.Table.from_pylist(rows, schema=CHUNK_SCHEMA), f)
