@@ -63,6 +63,16 @@ class ParseConfig(_Strict):
     ocr_min_confidence: float = Field(0.75, ge=0.0, le=1.0)  # a page below this is dead-lettered
 
 
+class DedupeConfig(_Strict):
+    # Near-duplicate documents (MinHash + LSH over word shingles, per ACL): a near-copy is not
+    # chunked or embedded, its paths join its representative's sources. Measured on debian-docs:
+    # at 0.9 with 3-word shingles no wrong merge, 109 HTML/txt twins merged (README-neardup.md).
+    near_duplicates: bool = True
+    threshold: float = Field(0.9, gt=0.0, le=1.0)  # estimated Jaccard of the shingle sets
+    shingle_size: int = Field(3, ge=1, le=20)  # words per shingle
+    num_perm: int = Field(128, ge=16, le=1024)  # MinHash permutations (signature: 4 bytes each)
+
+
 class AclRule(_Strict):
     prefix: str  # key prefix (see source.root for what the key is relative to)
     # At least one group: an empty list would read as "public" downstream, so it is refused.
@@ -170,6 +180,7 @@ class Config(_Strict):
     s3: S3Config = S3Config()
     source: SourceConfig = SourceConfig()
     parse: ParseConfig = ParseConfig()
+    dedupe: DedupeConfig = DedupeConfig()
     acl: list[AclRule] = Field(default_factory=list)
     chunk: ChunkConfig = ChunkConfig()
     contextualize: ContextualizeConfig = ContextualizeConfig()

@@ -27,7 +27,8 @@ from pipelines.options import pipeline_options
 from transforms.index import publish
 from transforms.ingest.chunk import DOCUMENTS, ChunkDocuments, ChunkSettings
 from transforms.ingest.contextualize import Contextualize
-from transforms.ingest.dedupe import DedupeByContent, DedupeDocuments
+from transforms.ingest.dedupe import (NEAR_DUPLICATES, SIGNATURES, DedupeByContent, DedupeDocuments,
+                                      NearDedupeDocuments)
 from transforms.ingest.embed import EmbedChunks, EmbedChunksFn, ModelSpec, model_spec_from_config
 from transforms.ingest.embed_cache import NEW_ENTRIES_DIR, cache_schema, commit_new_entries, namespace_dir
 from transforms.index.incremental import (SOURCES_READ_DIR, Plan as IndexPlan, load_live, make_plan, processing_key,
@@ -42,7 +43,10 @@ from transforms.ingest.parse import ParseObjects
 from transforms.ingest.read import ListedObject, ReadSource, list_objects
 from transforms.records import (DEAD_LETTER_SCHEMA, DOCUMENT_SCHEMA, SOURCE_SCHEMA, RawObject, chunk_schema,
                                 dead_letter_row)
-from transforms.index.shards import CHUNKS_DIR, DEAD_LETTERS_DIR, DOCUMENTS_DIR, WriteShards
+from transforms.index.shards import (CHUNKS_DIR, DEAD_LETTERS_DIR, DOCUMENTS_DIR, NEAR_DUPLICATES_DIR,
+                                     SIGNATURES_DIR, WriteShards)
+
+from transforms.ingest.neardup import NEAR_DUPLICATES_SCHEMA, SIGNATURE_SCHEMA  # noqa: E402
 
 PIPELINE_VERSION = "1"
 
@@ -58,13 +62,32 @@ def ocr_settings(cfg: Config):
     return OcrSettings(mode=p.ocr, dpi=p.ocr_dpi, min_confidence=p.ocr_min_confidence)
 
 
+def near_dup_settings(cfg: Config):
+    """The dedupe section as NearDupSettings, or None when near-duplicate detection is off."""
+    from transforms.ingest.neardup import NearDupSettings
+    d = cfg.dedupe
+    if not d.near_duplicates:
+        return None
+    return NearDupSettings(threshold=d.threshold, shingle_size=d.shingle_size, num_perm=d.num_perm)
+
+
+def live_signature_files(plan: IndexPlan, index_dir: str) -> list[str]:
+    """The live version's signatures shards where the workers can read them (the version on
+    object storage, not the driver's mirror)."""
+    if plan.live is None:
+        return []
+    vdir = publish.version_dir(index_dir, os.path.basename(plan.live.version_dir.rstrip("/")))
+    return storage.list_files(storage.join(vdir, SIGNATURES_DIR), suffix=".parquet")
+
+
 def source_row(raw: RawObject) -> dict:
     return {"uri": raw.uri, "key": raw.key, "size": raw.size, "mtime": raw.mtime,
             "content_hash": raw.content_hash, "status": "live", "tombstoned_at": None}
 
 
 def build_index_pipeline(p: beam.Pipeline, plan: IndexPlan, out_dir: str, cfg: Config, spec: ModelSpec,
-                         indexed_at: datetime.datetime, cache_dir: Optional[str], progress: bool = False) -> None:
+                         indexed_at: datetime.datetime, cache_dir: Optional[str], progress: bool = False,
+                         live_signatures: Optional[list[str]] = None) -> None:
     """The Beam graph: one typed composite per stage (transforms/common/stage.py). Every step
     has a stable label (runners key state and metrics on them)."""
     settings = chunk_settings(cfg, spec)
@@ -81,6 +104,13 @@ def build_index_pipeline(p: beam.Pipeline, plan: IndexPlan, out_dir: str, cfg: C
     uniques = raws | "DedupeByContent" >> DedupeByContent(plan.extra_copies(), plan.known_rep)
     parsed = uniques | "Parse" >> ParseObjects(acl_rules, cfg.source.root, ocr_settings(cfg))
     documents = parsed.documents | "DedupeDocuments" >> DedupeDocuments()
+    near_settings = near_dup_settings(cfg)
+    if near_settings is not None:
+        near = documents | "NearDedupe" >> NearDedupeDocuments(near_settings, live_signatures, plan.near_exclude)
+        documents = near["documents"]
+        near[NEAR_DUPLICATES] | "WriteNearDuplicates" >> WriteShards(
+            storage.join(out_dir, NEAR_DUPLICATES_DIR), NEAR_DUPLICATES_SCHEMA)
+        near[SIGNATURES] | "WriteSignatures" >> WriteShards(storage.join(out_dir, SIGNATURES_DIR), SIGNATURE_SCHEMA)
     chunked = documents | "Chunk" >> ChunkDocuments(settings, spec.tokenizer_path)
     chunks = chunked.chunks | "Contextualize" >> Contextualize(cfg.contextualize.kind, settings.context_tokens,
                                                                spec.tokenizer_path)
@@ -129,7 +159,8 @@ def current_versions(cfg: Config, spec: ModelSpec) -> dict:
             "contextualizer": make_contextualizer(cfg.contextualize.kind).version,
             "model": spec.namespace, "acl": [[r.prefix, list(r.groups)] for r in cfg.acl]
             + [[ACL_MATCH_VERSION, [cfg.source.root or ""]]],
-            "ocr": cfg.parse.model_dump(mode="json")}
+            "ocr": cfg.parse.model_dump(mode="json"),
+            "dedupe": cfg.dedupe.model_dump(mode="json")}
 
 
 def plan_run(cfg: Config, input_uri: str, index_dir: str, spec: ModelSpec,
@@ -234,14 +265,17 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
         f"{len(plan.skipped)} unchanged, {len(plan.removed)} removed -> version {version} ({cfg.runner.name})")
 
     with beam.Pipeline(options=pipeline_options(cfg, beam_args)) as p:
-        build_index_pipeline(p, plan, out_dir, cfg, spec, indexed_at, cache_dir, progress=progress)
+        build_index_pipeline(p, plan, out_dir, cfg, spec, indexed_at, cache_dir, progress=progress,
+                             live_signatures=live_signature_files(plan, index_dir)
+                             if near_dup_settings(cfg) is not None else None)
     stats = read_counters(p.result)
     pipeline_s = time.monotonic() - started
     storage.delete_tree(storage.join(out_dir, PLAN_DIR))
     kill_point("after_pipeline")
 
     fetched = storage.download_tree(out_dir, work_dir, only=tuple(
-        d + "/" for d in (CHUNKS_DIR, DOCUMENTS_DIR, DEAD_LETTERS_DIR, SOURCES_READ_DIR))) if remote else []
+        d + "/" for d in (CHUNKS_DIR, DOCUMENTS_DIR, DEAD_LETTERS_DIR, SOURCES_READ_DIR, NEAR_DUPLICATES_DIR,
+                          SIGNATURES_DIR))) if remote else []
     changes = write_sources_and_carry(plan, work_dir)
     if not shard_has_rows(work_dir, CHUNKS_DIR):
         dead = stats.get("read_errors", 0) + stats.get("dead_lettered_parse", 0)

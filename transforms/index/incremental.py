@@ -28,7 +28,8 @@ from transforms.common.s3 import is_s3
 from transforms.index import publish
 from transforms.ingest.read import ListedObject
 from transforms.records import DEAD_LETTER_SCHEMA, DOCUMENT_SCHEMA, SOURCE_SCHEMA, chunk_schema, embedding_dim
-from transforms.index.shards import CHUNKS_DIR, DEAD_LETTERS_DIR, DOCUMENTS_DIR, read_table, shard_files
+from transforms.index.shards import (CHUNKS_DIR, DEAD_LETTERS_DIR, DOCUMENTS_DIR, NEAR_DUPLICATES_DIR, SIGNATURES_DIR,
+                                     read_table, shard_files)
 
 SOURCES_DIR = "sources"
 SOURCES_READ_DIR = "sources_read"  # written by the pipeline: every object it read, with its hash
@@ -46,7 +47,10 @@ class LiveIndex:
     manifest: dict
     sources: dict[str, dict]  # uri -> SOURCE_SCHEMA row (live paths only)
     tombstones: list[dict]
-    known_hashes: set[str]  # contents with rows (documents or dead letters) in the live version
+    known_hashes: set[str]  # contents with rows (documents, near-duplicates or dead letters) in the live version
+    # near_duplicates rows (member, representative, their file hashes): members are re-checked
+    # when their representative is re-processed or gone
+    near_rows: list[dict] = field(default_factory=list)
 
 
 def mirror_version(version_uri: str, local_root: str, with_artifact: bool = False) -> str:
@@ -54,7 +58,8 @@ def mirror_version(version_uri: str, local_root: str, with_artifact: bool = Fals
     only when asked): the driver plans and carries rows over from it as from a local version."""
     name = version_uri.rstrip("/").rsplit("/", 1)[-1]
     local = os.path.join(local_root, name)
-    only = ("manifest.json", SOURCES_DIR + "/", DOCUMENTS_DIR + "/", DEAD_LETTERS_DIR + "/", CHUNKS_DIR + "/")
+    only = ("manifest.json", SOURCES_DIR + "/", DOCUMENTS_DIR + "/", DEAD_LETTERS_DIR + "/", CHUNKS_DIR + "/",
+            NEAR_DUPLICATES_DIR + "/", SIGNATURES_DIR + "/")
     storage.download_tree(version_uri, local, only=only + (("index.duckdb",) if with_artifact else ()))
     return local
 
@@ -76,8 +81,12 @@ def load_live(index_dir: str, scratch: Optional[str] = None, with_artifact: bool
     rows = read_table(vdir, SOURCES_DIR).to_pylist()
     known = set(read_table(vdir, DOCUMENTS_DIR, ["source_hash"]).column("source_hash").to_pylist())
     known |= {h for h in read_table(vdir, DEAD_LETTERS_DIR, ["content_hash"]).column("content_hash").to_pylist() if h}
+    near = (read_table(vdir, NEAR_DUPLICATES_DIR, ["member", "representative", "member_source_hash",
+                                                   "representative_source_hash"]).to_pylist()
+            if shard_files(vdir, NEAR_DUPLICATES_DIR) else [])
+    known |= {r["member_source_hash"] for r in near if r["member_source_hash"]}
     return LiveIndex(vdir, manifest, {r["uri"]: r for r in rows if r["status"] == "live"},
-                     [r for r in rows if r["status"] != "live"], known)
+                     [r for r in rows if r["status"] != "live"], known, near)
 
 
 @dataclass
@@ -88,6 +97,9 @@ class Plan:
     removed: list[str]
     known_rep: dict[str, str] = field(default_factory=dict)  # hash -> live representative key
     live: Optional[LiveIndex] = None
+    # live contents that are not certain to be carried over (re-read, gone, or near-duplicate
+    # members to re-check): their stored signatures are no match for new documents
+    near_exclude: set[str] = field(default_factory=set)
 
     def extra_copies(self) -> dict[str, list[tuple[str, str, int, float]]]:
         """Unread copies by hash, (uri, key, size, mtime): dedupe needs every copy to pick a representative."""
@@ -126,6 +138,14 @@ def make_plan(listed: list[ListedObject], live: Optional[LiveIndex], current_key
         for r in live.sources.values():
             by_hash.setdefault(r["content_hash"], []).append((r["uri"], r["key"]))
         known_rep = {h: representative(c)[1] for h, c in by_hash.items() if h in live.known_hashes}
+    # A near-duplicate member whose representative is re-read or gone is re-checked: its content
+    # is processed again (signed, matched against the live index, clustered with the other
+    # members of its cluster: one of them takes over as representative and is indexed).
+    keys_by_hash = _skipped_keys_by_hash(skipped)
+    stable = lambda h: h in known_rep and known_rep[h] in keys_by_hash.get(h, ())  # noqa: E731
+    recheck = {r["member_source_hash"] for r in live.near_rows if not stable(r["representative_source_hash"])}
+    for h in recheck:
+        known_rep.pop(h, None)
     # A content whose live representative is gone or changed needs its bytes: read one copy.
     listed_uris = {lo.uri for lo in listed}
     groups: dict[str, list[ListedObject]] = {}
@@ -138,7 +158,18 @@ def make_plan(listed: list[ListedObject], live: Optional[LiveIndex], current_key
             del skipped[first.uri]
             to_read.append(first)
     removed = sorted(set(live.sources) - listed_uris)
-    return Plan(listed, to_read, skipped, removed, known_rep, live)
+    keys_by_hash = _skipped_keys_by_hash(skipped)
+    touched = {live.sources[lo.uri]["content_hash"] for lo in to_read if lo.uri in live.sources}
+    touched |= {live.sources[u]["content_hash"] for u in removed} | recheck
+    exclude = {h for h in touched if not stable(h)}
+    return Plan(listed, to_read, skipped, removed, known_rep, live, exclude)
+
+
+def _skipped_keys_by_hash(skipped: dict) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for lo, h in skipped.values():
+        out.setdefault(h, set()).add(lo.key)
+    return out
 
 
 def _copies_by_hash(plan: Plan, read_rows: list[dict]) -> dict[str, list[tuple]]:
@@ -178,7 +209,7 @@ def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = Non
               "changed": sum(1 for r in read_rows if r["uri"] in live_sources
                              and live_sources[r["uri"]]["content_hash"] != r["content_hash"]),
               "removed": len(plan.removed),
-              "carried_documents": 0, "carried_chunks": 0}
+              "carried_documents": 0, "carried_chunks": 0, "carried_near_duplicates": 0}
     counts["unchanged"] = len(rows) - counts["added"] - counts["changed"]
     if live is None:
         return counts
@@ -191,6 +222,8 @@ def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = Non
 
     docs = read_table(live.version_dir, DOCUMENTS_DIR)
     docs = docs.filter(pc.is_in(docs.column("source_hash"), pa.array(sorted(carried))))
+    members_of = _carry_near_duplicates(live.version_dir, out_dir, carried, uris_of,
+                                        set(docs.column("doc_id").to_pylist()), counts)
     # A record repeated verbatim in a re-processed file is already in the new rows: keep one.
     fresh = shard_files(out_dir, DOCUMENTS_DIR)
     if fresh:
@@ -198,16 +231,17 @@ def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = Non
                                          for f in fresh])
         docs = docs.filter(pc.invert(pc.is_in(docs.column("content_hash"), fresh_hashes)))
     hashes = docs.column("source_hash").to_pylist()
+    doc_ids = docs.column("doc_id").to_pylist()
+    doc_uris = [sorted(set(uris_of[h]) | members_of.get(d, set())) for d, h in zip(doc_ids, hashes)]
     docs = docs.set_column(docs.schema.get_field_index("source_uris"), "source_uris",
-                           pa.array([uris_of[h] for h in hashes], pa.list_(pa.string())))
+                           pa.array(doc_uris, pa.list_(pa.string())))
     # the representative's size/mtime as listed now (its bytes are the same)
     docs = docs.set_column(docs.schema.get_field_index("mtime"), "mtime",
                            pa.array([float(rep_of[h][3]) for h in hashes], pa.float64()))
     _write(docs.cast(DOCUMENT_SCHEMA), out_dir, DOCUMENTS_DIR)
     counts["carried_documents"] = docs.num_rows
 
-    uris_by_doc = {(d, c): uris_of[h] for d, c, h in zip(docs.column("doc_id").to_pylist(),
-                                                        docs.column("content_hash").to_pylist(), hashes)}
+    uris_by_doc = {(d, c): u for d, c, u in zip(doc_ids, docs.column("content_hash").to_pylist(), doc_uris)}
     chunks = read_table(live.version_dir, CHUNKS_DIR)
     pairs = list(zip(chunks.column("doc_id").to_pylist(), chunks.column("content_hash").to_pylist()))
     keep = pa.array([p in uris_by_doc for p in pairs])
@@ -222,6 +256,38 @@ def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = Non
     dead = dead.filter(pc.is_in(dead.column("content_hash"), pa.array(sorted(carried))))
     _write(dead.cast(DEAD_LETTER_SCHEMA), out_dir, DEAD_LETTERS_DIR)
     return counts
+
+
+def _carry_near_duplicates(live_dir: str, out_dir: str, carried: set[str], uris_of: dict,
+                           carried_docs: set[str], counts: dict) -> dict[str, set[str]]:
+    """Carried near-duplicate members keep their near_duplicates and signatures rows; returns the
+    member paths per representative doc_id (this run's new members and the carried ones), which
+    join the carried representatives' source_uris."""
+    from transforms.ingest.neardup import NEAR_DUPLICATES_SCHEMA, SIGNATURE_SCHEMA
+    fresh_docs: set[str] = set()
+    if shard_files(out_dir, DOCUMENTS_DIR):
+        fresh_docs = set(read_table(out_dir, DOCUMENTS_DIR, ["doc_id"]).column(0).to_pylist())
+    members: dict[str, set[str]] = {}
+    if shard_files(out_dir, NEAR_DUPLICATES_DIR):
+        for r in read_table(out_dir, NEAR_DUPLICATES_DIR, ["representative", "member_source_uris"]).to_pylist():
+            members.setdefault(r["representative"], set()).update(r["member_source_uris"] or [])
+    if shard_files(live_dir, NEAR_DUPLICATES_DIR):
+        near = read_table(live_dir, NEAR_DUPLICATES_DIR)
+        near = near.filter(pc.is_in(near.column("member_source_hash"), pa.array(sorted(carried), pa.string())))
+        rows = [r for r in near.to_pylist()
+                if r["representative"] in carried_docs or r["representative"] in fresh_docs]
+        for r in rows:
+            r["member_source_uris"] = uris_of[r["member_source_hash"]]
+            members.setdefault(r["representative"], set()).update(r["member_source_uris"])
+        os.makedirs(os.path.join(out_dir, NEAR_DUPLICATES_DIR), exist_ok=True)
+        _write(pa.Table.from_pylist(rows, NEAR_DUPLICATES_SCHEMA), out_dir, NEAR_DUPLICATES_DIR)
+        counts["carried_near_duplicates"] = len(rows)
+    if shard_files(live_dir, SIGNATURES_DIR):
+        sigs = read_table(live_dir, SIGNATURES_DIR)
+        sigs = sigs.filter(pc.is_in(sigs.column("source_hash"), pa.array(sorted(carried), pa.string())))
+        os.makedirs(os.path.join(out_dir, SIGNATURES_DIR), exist_ok=True)
+        _write(sigs.cast(SIGNATURE_SCHEMA), out_dir, SIGNATURES_DIR)
+    return members
 
 
 def _write(table: pa.Table, out_dir: str, name: str) -> None:

@@ -10,7 +10,8 @@ from transforms.ingest.embed import ModelSpec, POOLING
 
 
 def reconcile(counters: dict[str, int], listed: int, skipped: int = 0) -> dict:
-    """listed = unchanged (not re-read) + read; read = parsed + duplicates + carried + dead-lettered."""
+    """listed = unchanged (not re-read) + read; read = parsed + duplicates + carried + dead-lettered;
+    documents = parsed documents - duplicate documents - near-duplicates."""
     c = lambda k: int(counters.get(k, 0))  # noqa: E731
     dead_objects = c("read_errors") + c("dead_lettered_parse")
     summary = {
@@ -24,17 +25,23 @@ def reconcile(counters: dict[str, int], listed: int, skipped: int = 0) -> dict:
         "dead_lettered": dead_objects,
         "dead_lettered_lines": c("dead_lettered_lines"),
         "dead_lettered_pages": c("dead_lettered_pages"),  # PDF pages OCR could not read (rest indexed)
-        "documents": c("documents") - c("duplicate_documents"),
+        "documents": c("documents") - c("duplicate_documents") - c("near_duplicates"),
+        "parsed_documents": c("documents"),
         "duplicate_documents": c("duplicate_documents"),  # JSONL records repeated verbatim across files
+        "near_duplicates": c("near_duplicates"),  # near-copies: sources of their representative, not chunked
         "dead_lettered_documents": c("dead_lettered_chunk"),
         "chunks": c("chunks"),
         "embedded": c("embedded"),
         "cache_hits": c("cache_hits"),
         "bytes_read": c("read_bytes"),
     }
+    # every parsed document is one that was chunked (indexed, empty or dead-lettered in chunking),
+    # a verbatim duplicate or a near-duplicate: the chunk stage's document rows plus its failures
+    chunked_documents = c("document_rows") + c("dead_lettered_chunk")
     summary["balanced"] = (summary["read"] + skipped == listed
                            and summary["read"] == summary["parsed"] + summary["duplicates"]
-                           + summary["carried_read"] + dead_objects)
+                           + summary["carried_read"] + dead_objects
+                           and (chunked_documents == summary["documents"] if "document_rows" in counters else True))
     return summary
 
 
@@ -77,7 +84,10 @@ def format_summary(s: dict) -> str:
         f" + dead-lettered {s['dead_lettered']}   [{'ok' if s['balanced'] else 'DOES NOT RECONCILE'}]",
         f"changes      added {s.get('added', 0)}, changed {s.get('changed', 0)}, removed {s.get('removed', 0)},"
         f" carried over {s.get('carried_documents', 0)} documents / {s.get('carried_chunks', 0)} chunks",
-        f"documents    {s['documents']}  (bad JSONL lines dead-lettered: {s['dead_lettered_lines']}, unreadable scanned pages: {s.get('dead_lettered_pages', 0)})",
+        f"documents    {s['documents']} = parsed {s.get('parsed_documents', s['documents'])}"
+        f" - duplicates {s.get('duplicate_documents', 0)} - near-duplicates {s.get('near_duplicates', 0)}"
+        f" (+ {s.get('carried_near_duplicates', 0)} near-duplicates carried over)"
+        f"  (bad JSONL lines dead-lettered: {s['dead_lettered_lines']}, unreadable scanned pages: {s.get('dead_lettered_pages', 0)})",
     ] + ([f"skipped      at listing, not indexed: " + ", ".join(f"{k} {v}" for k, v in
                                                             sorted(s["skipped_at_listing"].items()))]
          if s.get("skipped_at_listing") else []) + [

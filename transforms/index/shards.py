@@ -11,6 +11,8 @@ import pyarrow.parquet as pq
 CHUNKS_DIR = "chunks"
 DOCUMENTS_DIR = "documents"
 DEAD_LETTERS_DIR = "dead_letters"
+NEAR_DUPLICATES_DIR = "near_duplicates"
+SIGNATURES_DIR = "signatures"
 
 # ~5k rows of 384-d vectors plus text is ~10-15 MB per row group: big enough to scan fast.
 ROW_GROUP_BUFFER_BYTES = 32 * 1024 * 1024

@@ -179,6 +179,7 @@ class ChunkFn(StageFn):
     def apply(self, doc: Document, out: Outputs) -> None:
         chunks = chunk_document(doc, self.tokenizer, self.settings)
         out.count("chunks", len(chunks))
+        out.count("document_rows")
         out.tagged(DOCUMENTS, document_row(doc, len(chunks)))
         if chunks:
             out.emit(chunks)

@@ -116,3 +116,132 @@ class DedupeDocuments(beam.PTransform):
                 | "KeyByDocumentHash" >> beam.Map(lambda d: (d.content_hash, d))
                 | "GroupByDocumentHash" >> beam.GroupByKey()
                 | "PickDocument" >> beam.ParDo(_PickDocumentFn()).with_output_types(Document))
+
+
+# --- near-duplicates: MinHash/LSH per ACL bucket (transforms/ingest/neardup.py) ----------------
+
+NEAR_DUPLICATES = "near_duplicates"  # tagged output: NEAR_DUPLICATES_SCHEMA rows
+SIGNATURES = "signatures"  # tagged output: SIGNATURE_SCHEMA rows, one per signed document
+_MEMBER_URIS = "member_uris"
+
+
+def _uris(doc: Document) -> list[str]:
+    return list(doc.source_uris or [doc.source_uri])
+
+
+def place_document(doc_id: str, docs: list, sigs: list, near: list, settings, out: Outputs) -> None:
+    """The near-dedupe stage function for one doc_id: a member becomes a near_duplicates row and
+    its paths go to its representative (tagged); every other document goes on (main output,
+    keyed by doc_id); each signed document gets its signatures row."""
+    match = near[0] if (near and len(docs) == 1) else None
+    for doc in docs:
+        source_hash = doc.source_hash or doc.content_hash
+        if sigs:
+            key, sig = sigs[0]
+            out.tagged(SIGNATURES, {
+                "doc_id": doc.doc_id, "content_hash": doc.content_hash, "acl_key": key,
+                "signature_id": settings.signature_id, "signature": sig,
+                "representative": match[0] if match else None,
+                "similarity": match[1] if match else None, "source_hash": source_hash})
+        if match:
+            rep, sim, rep_hash = match
+            out.count("near_duplicates")
+            out.tagged(NEAR_DUPLICATES, {
+                "member": doc.doc_id, "representative": rep, "similarity": sim,
+                "member_source_uris": sorted(_uris(doc)), "member_content_hash": doc.content_hash,
+                "member_source_hash": source_hash, "representative_source_hash": rep_hash,
+                "acl_key": sigs[0][0] if sigs else ""})
+            out.tagged(_MEMBER_URIS, (rep, _uris(doc)))
+        else:
+            out.emit((doc_id, doc))
+
+
+def attach_members(docs: list, member_uris: list) -> list:
+    """A representative's Document with its near-duplicate members' paths among its sources."""
+    extra = [u for uris in member_uris for u in uris]
+    if not extra:
+        return list(docs)
+    return [dataclasses.replace(d, source_uris=sorted(set(_uris(d)) | set(extra))) for d in docs]
+
+
+class _SignFn(StageFn):
+    """Document -> (acl_key, (doc_id, signature bytes, source_hash)) for clustering, and
+    (doc_id, (acl_key, signature bytes)) tagged BY_DOC; nothing for texts too short to judge."""
+    STAGE = "near_dedupe"
+    BY_DOC = "by_doc"
+
+    def __init__(self, settings):
+        self.settings = settings
+
+    def apply(self, doc: Document, out: Outputs) -> None:
+        from transforms.ingest.neardup import new_signature
+        signed = new_signature(doc, self.settings)
+        if signed is None:
+            return
+        key, sig = signed
+        out.emit((key, (doc.doc_id, sig, doc.source_hash or doc.content_hash)))
+        out.tagged(self.BY_DOC, (doc.doc_id, (key, sig)))
+
+
+class _PlaceFn(StageFn):
+    STAGE = "near_dedupe"
+
+    def __init__(self, settings):
+        self.settings = settings
+
+    def apply(self, element, out: Outputs) -> None:
+        doc_id, g = element
+        place_document(doc_id, list(g["doc"]), list(g["sig"]), list(g["near"]), self.settings, out)
+
+
+class _AttachFn(StageFn):
+    STAGE = "near_dedupe"
+
+    def apply(self, element, out: Outputs) -> None:
+        _, g = element
+        for d in attach_members(list(g["doc"]), list(g["members"])):
+            out.emit(d)
+
+
+class NearDedupeDocuments(beam.PTransform):
+    """PCollection[Document] -> outputs `documents` (near-duplicate members removed, their paths
+    added to their representative's source_uris), NEAR_DUPLICATES and SIGNATURES (table rows).
+
+    Signatures per document, one GroupByKey per ACL bucket (documents with different ACLs are
+    never compared), clustering with a deterministic representative; in a nightly run the live
+    version's signatures (`live_signatures_dir`, minus documents re-processed or gone:
+    `exclude_hashes`) are matched first, so a new near-copy joins its existing cluster.
+
+    Example:
+        near = documents | "NearDedupe" >> NearDedupeDocuments(NearDupSettings(threshold=0.9))
+        near.documents | "Chunk" >> ChunkDocuments(...)
+        near[NEAR_DUPLICATES] | WriteShards(...)
+    """
+
+    def __init__(self, settings, live_signature_files: Optional[list[str]] = None,
+                 exclude_hashes: Optional[set] = None):
+        super().__init__()
+        self.settings = settings
+        self.live_files = sorted(live_signature_files or [])
+        self.exclude = frozenset(exclude_hashes or ())
+
+    def expand(self, docs):
+        from transforms.ingest.neardup import cluster_with_live, read_live_signatures
+        settings = self.settings
+        signed = docs | "Sign" >> beam.ParDo(_SignFn(settings)).with_outputs(_SignFn.BY_DOC, main="by_acl")
+        live = (docs.pipeline
+                | "LiveSignatureFiles" >> beam.Create(self.live_files).with_output_types(str)
+                | "ReadLiveSignatures" >> beam.FlatMap(read_live_signatures, self.exclude, settings))
+        near = ({"new": signed.by_acl, "live": live}
+                | "GroupByAcl" >> beam.CoGroupByKey()
+                | "Cluster" >> beam.FlatMap(cluster_with_live, settings))
+        placed = ({"doc": docs | "KeyByDocId" >> beam.Map(lambda d: (d.doc_id, d)),
+                   "sig": signed[_SignFn.BY_DOC], "near": near}
+                  | "GroupByDocId" >> beam.CoGroupByKey()
+                  | "Place" >> beam.ParDo(_PlaceFn(settings)).with_outputs(
+                      NEAR_DUPLICATES, SIGNATURES, _MEMBER_URIS, main="kept"))
+        documents = ({"doc": placed.kept, "members": placed[_MEMBER_URIS]}
+                     | "GroupByRepresentative" >> beam.CoGroupByKey()
+                     | "AttachMembers" >> beam.ParDo(_AttachFn()).with_output_types(Document))
+        return {"documents": documents, NEAR_DUPLICATES: placed[NEAR_DUPLICATES],
+                SIGNATURES: placed[SIGNATURES]}

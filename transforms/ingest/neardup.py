@@ -376,12 +376,21 @@ SIGNATURE_SCHEMA = pa.schema([
     ("signature", pa.binary()),  # little-endian uint32[num_perm]
     ("representative", pa.string()),  # null: the document is its own representative
     ("similarity", pa.float32()),  # to its representative; null for representatives
+    ("source_hash", pa.string()),  # sha256 of the file the document came from (what the sources table names)
 ])
 
 NEAR_DUPLICATES_SCHEMA = pa.schema([
     ("member", pa.string()),
     ("representative", pa.string()),
     ("similarity", pa.float32()),
+    # the index job's columns (null in rows made from NearDup alone): the member's paths (they
+    # also join the representative's source_uris), its hashes, and the representative's file
+    # hash (a nightly run re-checks members whose representative changed or disappeared)
+    ("member_source_uris", pa.list_(pa.string())),
+    ("member_content_hash", pa.string()),
+    ("member_source_hash", pa.string()),
+    ("representative_source_hash", pa.string()),
+    ("acl_key", pa.string()),
 ])
 
 
@@ -399,6 +408,7 @@ def signature_table(docs: Iterable[tuple[str, str, str, np.ndarray]], rows: Iter
         out["signature"].append(signature_to_bytes(sig))
         out["representative"].append(r.representative if r else None)
         out["similarity"].append(r.similarity if r else None)
+        out["source_hash"].append(content_hash)
     return pa.table(out, schema=SIGNATURE_SCHEMA)
 
 
@@ -417,7 +427,9 @@ def near_duplicates_table(rows: Iterable[NearDup]) -> pa.Table:
     rows = sorted(rows)
     return pa.table({"member": [r.member for r in rows],
                      "representative": [r.representative for r in rows],
-                     "similarity": [r.similarity for r in rows]}, schema=NEAR_DUPLICATES_SCHEMA)
+                     "similarity": [r.similarity for r in rows],
+                     **{name: [None] * len(rows) for name in NEAR_DUPLICATES_SCHEMA.names[3:]}},
+                    schema=NEAR_DUPLICATES_SCHEMA)
 
 
 # --- the Beam side, as plain functions ----------------------------------------------------------
@@ -451,7 +463,61 @@ def cluster_group(element: tuple[str, Iterable[tuple[str, bytes]]],
     return cluster_bucket(((d, signature_from_bytes(b)) for d, b in items), settings)
 
 
-__all__ = ["SIGNATURE_VERSION", "NearDupSettings", "DocSignature", "NearDup", "LiveSignature",
+def new_signature(doc, settings: NearDupSettings = NearDupSettings()) -> Optional[tuple[str, bytes]]:
+    """A Document -> (acl_key, signature bytes), or None when it is too short to judge."""
+    sig = signature(doc.text, settings)
+    return None if sig is None else (acl_key(doc.acl), signature_to_bytes(sig))
+
+
+def cluster_with_live(element: tuple[str, dict], settings: NearDupSettings = NearDupSettings()
+                      ) -> list[tuple[str, tuple[str, float, str]]]:
+    """One ACL bucket of the index job: (acl_key, {"new": [(doc_id, sig bytes, source_hash)],
+    "live": [(doc_id, sig bytes, representative | None, source_hash)]}) ->
+    [(member, (representative, similarity, representative's source_hash))] for new members.
+
+    Without live rows (a first run) the bucket is clustered (`cluster_bucket`); with them the new
+    documents are matched against the live index first (`match_against_index`), and the rest
+    clustered among themselves. A doc_id that occurs twice among the new documents (JSONL records
+    sharing an id) is never merged. Depends only on the sets, not their order."""
+    key, groups = element
+    new = list(groups.get("new", ()))
+    live = list(groups.get("live", ()))
+    if not new:
+        return []
+    seen: dict[str, int] = {}
+    for d, *_ in new:
+        seen[d] = seen.get(d, 0) + 1
+    new = [x for x in new if seen[x[0]] == 1]
+    hash_of = {d: h for d, _, h in new}
+    for d, _, _, h in live:
+        hash_of.setdefault(d, h)
+    if live:
+        rows = match_against_index([DocSignature(d, key, signature_from_bytes(b)) for d, b, _ in new],
+                                   [LiveSignature(d, key, signature_from_bytes(b), rep) for d, b, rep, _ in live],
+                                   settings)
+    else:
+        rows = cluster_bucket(((d, signature_from_bytes(b)) for d, b, _ in new), settings)
+    return [(r.member, (r.representative, r.similarity, hash_of.get(r.representative, ""))) for r in rows]
+
+
+def read_live_signatures(uri: str, exclude_hashes: frozenset = frozenset(),
+                         settings: NearDupSettings = NearDupSettings()):
+    """One Parquet shard of the live version's signatures table -> (acl_key, (doc_id, sig bytes,
+    representative, source_hash)) rows comparable under `settings`, leaving out documents whose
+    file is re-processed or gone in this run (`exclude_hashes`)."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from transforms.common import storage
+    table = pq.read_table(io.BytesIO(storage.read_bytes(uri)))
+    for row in table.to_pylist():
+        if row["signature_id"] != settings.signature_id or row["source_hash"] in exclude_hashes:
+            continue
+        yield row["acl_key"], (row["doc_id"], row["signature"], row["representative"], row["source_hash"])
+
+
+__all__ = ["new_signature", "cluster_with_live", "read_live_signatures", "SIGNATURE_VERSION", "NearDupSettings", "DocSignature", "NearDup", "LiveSignature",
            "tokens", "shingles", "signature", "signature_to_bytes", "signature_from_bytes",
            "acl_key", "estimate_jaccard", "lsh_params", "candidate_pairs", "cluster_bucket",
            "find_near_duplicates", "representatives", "match_against_index", "hand_over",
