@@ -142,3 +142,16 @@ def test_nightly_near_copy_joins_and_deleted_representative_hands_over(test_conf
     finally:
         engine.close()
     assert rec.to_row()["retrieved"][0]["doc_id"] == zeta["doc_id"]
+
+
+def test_dedupe_settings_are_validated_and_part_of_the_processing_key(test_config):
+    from configs.schema import ConfigError, load_config
+    from pipelines.index import current_versions
+    from transforms.index.incremental import processing_key
+    from transforms.ingest.embed import model_spec_from_config
+    for key, value in (("THRESHOLD", "1.5"), ("SHINGLE_SIZE", "0"), ("NUM_PERM", "8"), ("NEAR_DUPLICATES", "maybe")):
+        with pytest.raises(ConfigError, match=f"dedupe.{key.lower()}"):
+            load_config(environ={f"RAGBEAM__DEDUPE__{key}": value})
+    spec = model_spec_from_config(test_config)
+    other = test_config.model_copy(update={"dedupe": test_config.dedupe.model_copy(update={"threshold": 0.95})})
+    assert processing_key(current_versions(test_config, spec)) != processing_key(current_versions(other, spec))

@@ -54,7 +54,8 @@ def write_run_outputs(version_dir: str, cfg: Config, spec: ModelSpec, summary: d
         "versions": versions,
         "processing_key": processing_key,
         "config": manifest_config(cfg),  # never write secrets
-        "counts": {k: summary[k] for k in ("documents", "chunks", "dead_lettered", "duplicates")},
+        "counts": {k: summary.get(k, 0) for k in ("documents", "chunks", "dead_lettered", "duplicates",
+                                                   "near_duplicates")},
         "artifact": summary.get("artifact", {}),
         "python": platform.python_version(),
     }
