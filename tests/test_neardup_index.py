@@ -90,10 +90,6 @@ def test_near_copies_are_merged_per_acl_and_reruns_agree(test_config, tmp_path):
     assert [(r["member"], r["representative"], r["similarity"]) for r in near2] == \
         [(r["member"], r["representative"], r["similarity"]) for r in near]
     assert s2["near_duplicates"] == 1
-    # switched off: every file is its own document
-    off = cfg.model_copy(update={"dedupe": cfg.dedupe.model_copy(update={"near_duplicates": False})})
-    s3 = run_index(off, str(corpus), str(tmp_path / "i3"), progress=False, log=quiet)
-    assert s3["balanced"] and s3["documents"] == 5 and s3["near_duplicates"] == 0
 
 
 def test_nightly_near_copy_joins_and_deleted_representative_hands_over(test_config, tmp_path):
