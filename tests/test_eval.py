@@ -105,7 +105,9 @@ def write_corpus(path, broken=False):
     with open(path, "w", encoding="utf-8") as f:
         for n, (doc_id, (title, text)) in enumerate(DOCS.items()):
             if broken:  # the same ids, but every title and text is unrelated filler
-                title, text = f"Notice {n}", " ".join(FILLER[(n + i) % 5] for i in range(3))
+                # (distinct per record: identical filler would be merged as near-duplicates)
+                title, text = f"Notice {n}", " ".join(FILLER[(n + i) % 5] for i in range(3)) + (
+                    f" Notice {n} is about room {n * 7 + 3} on floor {n % 9} of building {chr(65 + n % 26)}.")
             f.write(json.dumps({"_id": doc_id, "title": title, "text": text}) + "\n")
 
 

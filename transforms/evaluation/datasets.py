@@ -101,7 +101,8 @@ def query_group(qid: str) -> Optional[str]:
 class DocLabels:
     """Qrels name documents by doc_id (corpus.jsonl) or by path under the input
     (a folder corpus, where a doc's `key` is that path). Content-identical copies
-    are one document in the index; every copy's path names it."""
+    are one document in the index; every copy's path names it, and so does every
+    near-duplicate member's path or id (its representative's document)."""
 
     def __init__(self, version_dir: str, qrel_ids: set[str]):
         from transforms.index.shards import read_table
@@ -114,8 +115,17 @@ class DocLabels:
                 if root and u.startswith(root):
                     by_key.setdefault(u[len(root):], r["doc_id"])
         doc_ids = {r["doc_id"] for r in t}
-        self.by_key = len(qrel_ids & set(by_key)) > len(qrel_ids & doc_ids)
-        self.doc_of = by_key if self.by_key else {d: d for d in doc_ids}
+        # near-duplicate members (index job, dedupe.near_duplicates) are served by their
+        # representative: a member's paths are among its source_uris, its id maps here
+        members: dict[str, str] = {}
+        try:
+            for r in read_table(version_dir, "near_duplicates", ["member", "representative"]).to_pylist():
+                if r["representative"] in doc_ids:
+                    members[r["member"]] = r["representative"]
+        except FileNotFoundError:
+            pass
+        self.by_key = len(qrel_ids & set(by_key)) > len(qrel_ids & (doc_ids | set(members)))
+        self.doc_of = by_key if self.by_key else {**members, **{d: d for d in doc_ids}}
         self.labels: dict[str, list[str]] = {}
         for label, d in self.doc_of.items():
             self.labels.setdefault(d, []).append(label)
