@@ -45,8 +45,7 @@ from transforms.records import (DEAD_LETTER_SCHEMA, DOCUMENT_SCHEMA, SOURCE_SCHE
                                 dead_letter_row)
 from transforms.index.shards import (CHUNKS_DIR, DEAD_LETTERS_DIR, DOCUMENTS_DIR, NEAR_DUPLICATES_DIR,
                                      SIGNATURES_DIR, WriteShards)
-
-from transforms.ingest.neardup import NEAR_DUPLICATES_SCHEMA, SIGNATURE_SCHEMA  # noqa: E402
+from transforms.ingest.neardup import NEAR_DUPLICATES_SCHEMA, SIGNATURE_SCHEMA
 
 PIPELINE_VERSION = "1"
 
