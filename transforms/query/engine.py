@@ -16,11 +16,13 @@ import numpy as np
 
 from transforms.index.artifacts import open_artifact, read_meta
 from transforms.ingest.embed import Embedder, ModelSpec
-from transforms.query.fuse import rrf_fuse
+from transforms.ingest.sentvec import SentenceStore
+from transforms.query.chunkstore import ChunkTable
+from transforms.query.extract import SentenceAnswerer
+from transforms.query.fuse import bm25_scores_for, convex_fuse, rrf_fuse
 from transforms.query.records import AnswerRecord, InputError, Question
 from transforms.query.rerank import VectorCache
-from transforms.query.retrieve import (BM25Index, DenseIndex, FilterMasks, choose_dense_mode, fetch_chunks,
-                                       search_hnsw)
+from transforms.query.retrieve import BM25Index, DenseIndex, FilterMasks, choose_dense_mode, search_hnsw
 
 
 class IndexMismatchError(RuntimeError):
@@ -41,7 +43,8 @@ def check_model(manifest: dict, spec: ModelSpec) -> None:
 
 class QAEngine:
     def __init__(self, version_dir: str, cfg, spec: ModelSpec, embedder: Optional[Embedder] = None):
-        from transforms.query.answer import ExtractiveAnswerer, GeneratorAnswerer
+        from transforms.query.answer import GeneratorAnswerer
+        from transforms.query.extract import SentenceParams
         from transforms.query.rerank import make_reranker
 
         with open(os.path.join(version_dir, "manifest.json"), encoding="utf-8") as f:
@@ -56,11 +59,15 @@ class QAEngine:
         self.dense_mode = choose_dense_mode(self.dense.n, cfg.retrieve.mode)
         if self.dense_mode == "hnsw" and not self.meta.get("hnsw", True):
             self.dense_mode = "exact"  # built without the index (index-time mode): exact is the same answer
-        self.bm25 = BM25Index(self.con)
+        self.bm25 = BM25Index(self.con, k1=cfg.retrieve.bm25_k1, b=cfg.retrieve.bm25_b)
         self.masks = FilterMasks(self.con)
-        ids = self.con.execute("SELECT doc_id, chunk_id FROM chunks ORDER BY chunk_no").fetchnumpy()
-        self.doc_ids = np.asarray(ids["doc_id"], dtype=object)  # chunk_no -> doc_id, for document rankings
-        self.chunk_ids = np.asarray(ids["chunk_id"], dtype=object)
+        # Loaded once: the rows answers show and quote (no DuckDB query per batch), and the
+        # index-time sentence vectors (None for an index built before them: the answerer then
+        # embeds those chunks' sentences at answer time).
+        self.chunks = ChunkTable.from_artifact(self.con)
+        self.sentences = SentenceStore.from_artifact(self.con)
+        self.doc_ids = self.chunks.doc_id  # chunk_no -> doc_id, for document rankings
+        self.chunk_ids = np.asarray(self.chunks.table.column("chunk_id").to_pylist(), dtype=object)
         self.embedder = embedder or Embedder(spec)
         # Sentence vectors shared across batches: questions hitting the same chunks reuse
         # them. ~1.5 KB a sentence, so 200k entries stay near 300 MB before a reset.
@@ -77,8 +84,13 @@ class QAEngine:
             self.reranker = make_reranker("none")
         a = cfg.answer
         if a.kind == "extractive":
-            self.answerer = ExtractiveAnswerer(self.embedder, max_sentences=a.max_sentences,
-                                               threshold=a.threshold, top_chunks=a.top_chunks)
+            self.answerer = SentenceAnswerer(self.embedder, self.sentences, SentenceParams(
+                max_sentences=a.max_sentences, top_chunks=a.top_chunks, threshold=a.threshold, gap=a.gap,
+                lexical_weight=a.lexical_weight, rank_weight=a.rank_weight, mmr_lambda=a.mmr_lambda,
+                dup_sim=a.dup_sim, type_weight=a.type_weight, same_source_bonus=a.same_source_bonus,
+                evidence_lexical_weight=a.evidence_lexical_weight))
+            if a.lexical_idf:
+                self.answerer.set_idf(self.chunks.table.column("text").to_pylist())
         else:
             self.answerer = GeneratorAnswerer(_chat_client(a), max_sources=a.top_chunks)
 
@@ -105,19 +117,37 @@ class QAEngine:
         else:
             d_scores, d_ids = search_hnsw(self.con, qvecs, dense_n, allowed)
         b_scores, b_ids = self.bm25.search(texts, bm25_n, allowed)
+        terms = self.bm25.query_terms(texts) if rc.fusion == "convex" else [None] * len(texts)
+        qn = qvecs / np.clip(np.linalg.norm(qvecs, axis=1, keepdims=True), 1e-12, None)
         out = []
         for j in range(len(texts)):
             dense = [(int(i), float(s)) for i, s in zip(d_ids[j], d_scores[j]) if i >= 0]
             bm25 = [(int(i), float(s)) for i, s in zip(b_ids[j], b_scores[j]) if i >= 0]
-            fused = rrf_fuse({"dense": [c for c, _ in dense], "bm25": [c for c, _ in bm25]},
-                             k=rc.rrf_k, weights={"dense": rc.dense_weight, "bm25": rc.bm25_weight})
+            fused = self.fuse(d_ids[j], d_scores[j], b_ids[j], b_scores[j], qvec=qn[j], terms=terms[j])
             out.append(Rankings(dense, bm25, [(int(c), float(s)) for c, s in fused]))
         return out
+
+    def fuse(self, d_ids, d_scores, b_ids, b_scores, top_n: Optional[int] = None,
+             qvec: Optional[np.ndarray] = None, terms: Optional[np.ndarray] = None) -> list[tuple[int, float]]:
+        """One question's fused ranking [(chunk_no, score)] from its dense and BM25 lists
+        (retrieve.fusion). Convex fusion takes each retriever's top dense_top_n / bm25_top_n
+        (so a deeper list, the eval's, fuses exactly what the answer job fuses) and scores a
+        chunk missing from one list exactly on that side (the cosine; the BM25 sum over the
+        question's term ids)."""
+        rc = self.cfg.retrieve
+        if rc.fusion == "convex":
+            nd, nb = rc.dense_top_n, rc.bm25_top_n
+            dfill = (lambda c: self.dense.matrix[c] @ qvec) if qvec is not None else None
+            bfill = (lambda c: bm25_scores_for(self.bm25, terms, c)) if terms is not None else None
+            return convex_fuse(d_ids[:nd], d_scores[:nd], b_ids[:nb], b_scores[:nb], alpha=rc.fusion_alpha,
+                               norm=rc.fusion_norm, top_n=top_n, dense_fill=dfill, bm25_fill=bfill)
+        return rrf_fuse({"dense": [int(i) for i in d_ids if i >= 0], "bm25": [int(i) for i in b_ids if i >= 0]},
+                        k=rc.rrf_k, weights={"dense": rc.dense_weight, "bm25": rc.bm25_weight}, top_n=top_n)
 
     def candidates(self, rankings: list[Rankings]) -> list[list[dict]]:
         """The fused head (retrieve.fused_top_n) of each question as chunk rows with scores."""
         n = self.cfg.retrieve.fused_top_n
-        rows = fetch_chunks(self.con, sorted({c for r in rankings for c, _ in r.fused[:n]}))
+        rows = self.chunks.rows(sorted({c for r in rankings for c, _ in r.fused[:n]}))
         by_no = {r["chunk_no"]: r for r in rows}
         out = []
         for r in rankings:
@@ -170,7 +200,7 @@ class QAEngine:
         # Reranker and answerer share one sentence-vector cache: each sentence is embedded once.
         heads = self.reranker.rerank(texts, [c[:head_n] for c in cands], cache=self.sentence_vectors)
         t.append(time.perf_counter())
-        results = self.answerer.answer(texts, heads, cache=self.sentence_vectors)
+        results = self.answer(texts, heads, qvecs)
         t.append(time.perf_counter())
         ms = {name: round((t[i + 1] - t[i]) * 1000 / max(1, len(questions)), 3)
               for i, name in enumerate(("embed", "retrieve", "rerank", "answer"))}
@@ -192,6 +222,13 @@ class QAEngine:
                 rec.trace = self._trace(r, head, ms)
             out.append(rec)
         return out
+
+    def answer(self, texts: list[str], candidates: list[list[dict]], qvecs: np.ndarray):
+        """The configured answerer; the extractive one reuses the question vectors of retrieval
+        and the index-time sentence vectors, so a batch costs one model call."""
+        if isinstance(self.answerer, SentenceAnswerer):
+            return self.answerer.answer(texts, candidates, cache=self.sentence_vectors, qvecs=qvecs)
+        return self.answerer.answer(texts, candidates, cache=self.sentence_vectors)
 
     def answer_batch(self, questions: list[Question], top_k: int, trace: bool = False) -> list[AnswerRecord]:
         return self.run(questions, top_k, trace=trace)
