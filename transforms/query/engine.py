@@ -20,7 +20,7 @@ from transforms.ingest.sentvec import SentenceStore
 from transforms.query.chunkstore import ChunkTable
 from transforms.query.extract import SentenceAnswerer
 from transforms.query.fuse import bm25_scores_for, convex_fuse, rrf_fuse
-from transforms.query.records import AnswerRecord, InputError, Question
+from transforms.query.records import AnswerRecord, Question
 from transforms.query.rerank import VectorCache
 from transforms.query.retrieve import BM25Index, DenseIndex, FilterMasks, choose_dense_mode, search_hnsw
 
@@ -265,77 +265,3 @@ def _chat_client(a):
     if not a.model:
         raise ValueError("answer.model (a Bedrock model id) is required for answer.kind: bedrock")
     return BedrockClient(a.model, region=a.region, timeout=a.timeout_s, max_attempts=a.retries + 1)
-
-
-# --- Beam wrapper -------------------------------------------------------------------
-
-import apache_beam as beam  # noqa: E402
-from apache_beam.metrics import Metrics  # noqa: E402
-
-from transforms.common.counters import NAMESPACE as METRICS_NAMESPACE  # noqa: E402
-
-
-class AnswerShardFn(beam.DoFn):
-    """(shard, questions) -> the shard's output records, answered in batches.
-
-    The engine (DuckDB read-only, matrices, models) is built once per worker.
-    """
-
-    def __init__(self, version_dir: str, cfg, spec: ModelSpec, progress_every_s: float = 0.0,
-                 trace: bool = False):
-        self.version_dir, self.cfg, self.spec = version_dir, cfg, spec
-        self.trace = trace
-        self.progress_every_s = progress_every_s
-        self.answered = Metrics.counter(METRICS_NAMESPACE, "answered")
-        self.not_found = Metrics.counter(METRICS_NAMESPACE, "not_found")
-        self.unsupported = Metrics.counter(METRICS_NAMESPACE, "unsupported")
-        self.errors = Metrics.counter(METRICS_NAMESPACE, "answer_errors")
-        self.invalid = Metrics.counter(METRICS_NAMESPACE, "invalid_citations_removed")
-
-    def setup(self):
-        import time
-        self.engine = QAEngine(self.version_dir, self.cfg, self.spec)
-        self._t0 = self._last = time.monotonic()
-        self._done = 0
-
-    def teardown(self):
-        if getattr(self, "engine", None):
-            self.engine.close()
-
-    def process(self, element):
-        import time
-        shard, records = element
-        out: list[AnswerRecord] = []
-        good = [r for r in records if isinstance(r, Question)]
-        bs = self.cfg.output.batch_size
-        for i in range(0, len(good), bs):
-            batch = good[i:i + bs]
-            try:
-                answered = self.engine.answer_batch(batch, self.cfg.output.retrieved_top_k, trace=self.trace)
-            except Exception:  # a failing batch: each question again alone, so one bad one fails alone
-                answered = [self._answer_alone(q) for q in batch]
-            for rec in answered:
-                {"answered": self.answered, "not_found": self.not_found,
-                 "unsupported": self.unsupported}.get(rec.status, self.errors).inc()
-                self.invalid.inc(rec.invalid_citations or 0)
-            out.extend(answered)
-            self._done += len(batch)
-            now = time.monotonic()
-            if self.progress_every_s and now - self._last >= self.progress_every_s:
-                self._last = now
-                print(f"  answered {self._done} questions ({self._done / (now - self._t0):.1f}/s)", flush=True)
-        for r in records:
-            if isinstance(r, InputError):  # unreadable input lines go to the output with their reason
-                self.errors.inc()
-                out.append(AnswerRecord.from_input_error(r))
-            elif isinstance(r, AnswerRecord):  # already decided upstream (e.g. a repeated id)
-                self.errors.inc()
-                out.append(r)
-        yield shard, out
-
-    def _answer_alone(self, q: Question) -> AnswerRecord:
-        from transforms.common.redact import redact_text
-        try:
-            return self.engine.answer_batch([q], self.cfg.output.retrieved_top_k, trace=self.trace)[0]
-        except Exception as e:
-            return AnswerRecord.failed(q.id, q.question, redact_text(f"{type(e).__name__}: {e}"), q.line)
