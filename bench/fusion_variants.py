@@ -33,22 +33,6 @@ SETS = {"cranfield": ("cranfield", None), "vaswani": ("vaswani-npl", None),
 DEPTH = 200
 
 
-def normalise(scores: np.ndarray, ref: np.ndarray, how: str) -> np.ndarray:
-    """Scores normalised with statistics of `ref` (the retriever's own top-N)."""
-    if len(ref) == 0:
-        return np.zeros_like(scores)
-    if how == "minmax":
-        lo, hi = ref.min(), ref.max()
-        return (scores - lo) / (hi - lo) if hi > lo else np.ones_like(scores)
-    if how == "zscore":
-        mu, sd = ref.mean(), ref.std()
-        return (scores - mu) / sd if sd > 0 else np.zeros_like(scores)
-    if how == "max":
-        hi = ref.max()
-        return scores / hi if hi > 0 else np.zeros_like(scores)
-    raise ValueError(how)
-
-
 def main(argv=None) -> None:
     from configs.schema import load_config
     from transforms.index.publish import resolve_index
