@@ -25,9 +25,11 @@ from bench.table import Report
 # 100 docs of which 10 scans, each OCR'd twice (alone, then inside the index job).
 SIZES = {
     "full": dict(index_docs=1000, questions=256, batch=128, answer_questions=32,
-                 mem_base=60, mem_factors=(1, 4, 16), mem_questions=8, ocr_docs=100, ocr_lines=10),
+                 mem_base=60, mem_factors=(1, 4, 16), mem_questions=8, ocr_docs=100, ocr_lines=10,
+                 s3_docs=40, s3_questions=40),
     "quick": dict(index_docs=40, questions=32, batch=16, answer_questions=8,
-                  mem_base=4, mem_factors=(1, 4, 16), mem_questions=4, ocr_docs=20, ocr_lines=8),
+                  mem_base=4, mem_factors=(1, 4, 16), mem_questions=4, ocr_docs=20, ocr_lines=8,
+                  s3_docs=8, s3_questions=8),
 }
 
 
@@ -52,7 +54,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="results folder (default bench/results, or bench/results/quick with --quick)")
     ap.add_argument("--data", help="folder holding cranfield/ (default ../shared/data; else a generated corpus)")
     ap.add_argument("--config", help="ragbeam config (default configs/default.yaml)")
-    ap.add_argument("--only", default="1,2,3,4,5", help="sections to run, e.g. 1,2,3 (3 needs 1 and 2)")
+    ap.add_argument("--only", default="1,2,3,4,5,6", help="sections to run, e.g. 1,2,3 (3 needs 1 and 2)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     a = ap.parse_args(argv)
 
@@ -62,6 +64,7 @@ def main(argv=None) -> int:
     from bench.memory_bench import bench_memory
     from bench.ocr_bench import bench_ocr
     from bench.retrieval_bench import bench_retrieval
+    from bench.s3_bench import bench_s3
 
     mode = "quick" if a.quick else "full"
     size = SIZES[mode]
@@ -89,6 +92,8 @@ def main(argv=None) -> int:
             bench_memory(a.config, data, size["mem_base"], size["mem_factors"], size["mem_questions"], work, report)
         if "5" in only:
             bench_ocr(cfg, data, size["ocr_docs"], size["ocr_lines"], work, report)
+        if "6" in only:
+            bench_s3(size["s3_docs"], size["s3_questions"], report)
     finally:
         if a.keep:
             print(f"work folder kept: {work}")
