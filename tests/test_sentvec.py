@@ -9,6 +9,7 @@ import pytest
 from transforms.query.answer import EXTRACTIVE_NOT_FOUND
 from transforms.query.cite import check_citations
 from transforms.query.extract import SentenceAnswerer, SentenceParams
+from transforms.query.records import Candidate
 from transforms.query.rerank import VectorCache, candidate_sentences
 from transforms.ingest.sentvec import (SentenceStore, chunk_sentence_vectors, dequantize, late_encode,
                                 quantize_int8, sentence_spans)
@@ -36,7 +37,7 @@ def embed_texts():
 def test_spans_are_the_candidate_sentences():
     for t in TEXTS:
         spans = sentence_spans(t)
-        assert [t[s:e] for s, e in spans] == candidate_sentences({"text": t})
+        assert [t[s:e] for s, e in spans] == candidate_sentences(Candidate(text=t))
     assert sentence_spans("") == []
     long = " ".join(f"Sentence number {i} is here." for i in range(100))
     assert len(sentence_spans(long)) == 64
@@ -94,14 +95,14 @@ def test_store_round_trips_through_parquet_and_duckdb(tmp_path, embedder):
     assert st.n_chunks == 4 and list(st.has_vectors) == [True, True, True, False]
     assert st.rows(3) == slice(7, 7)
     r = st.rows(1)
-    assert [TEXTS[1][s:e] for s, e in zip(st.start[r], st.end[r])] == candidate_sentences({"text": TEXTS[1]})
+    assert [TEXTS[1][s:e] for s, e in zip(st.start[r], st.end[r])] == candidate_sentences(Candidate(text=TEXTS[1]))
     q = vecs[1][2]
     np.testing.assert_allclose(st.cosines(np.arange(r.start, r.stop), q), vecs[1] @ q, atol=0.01)
 
 
 def cands():
-    return [{"chunk_no": i, "chunk_id": f"c{i}", "doc_id": f"d{i}", "text": t, "context": c,
-             "title": c, "source_uri": f"file:///{i}", "score": 1.0, "rank": i + 1}
+    return [Candidate(chunk_no=i, chunk_id=f"c{i}", doc_id=f"d{i}", text=t, context=c,
+                      title=c, source_uri=f"file:///{i}", score=1.0, rank=i + 1)
             for i, (t, c) in enumerate(zip(TEXTS, CONTEXTS))]
 
 
@@ -147,7 +148,7 @@ def test_near_duplicates_are_dropped_and_gap_limits_sentences(embedder):
     spans = [sentence_spans(t) for t in texts]
     vecs = [embedder.encode([t[s:e] for s, e in sp]) for t, sp in zip(texts, spans)]
     store = SentenceStore.from_lists(spans, vecs)
-    cs = [{"chunk_no": i, "chunk_id": f"c{i}", "doc_id": f"d{i}", "text": t, "rank": i + 1}
+    cs = [Candidate(chunk_no=i, chunk_id=f"c{i}", doc_id=f"d{i}", text=t, rank=i + 1)
           for i, t in enumerate(texts)]
     q = "Which way does the Nile flow?"
     wide = SentenceAnswerer(None, store, SentenceParams(gap=1.0, threshold=0.0, max_sentences=3))

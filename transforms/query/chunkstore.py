@@ -12,6 +12,8 @@ import json
 
 import numpy as np
 
+from transforms.query.records import Candidate
+
 COLUMNS = ("chunk_no", "chunk_id", "doc_id", "text", "context", "title", "heading_path", "page",
            "source_uri", "acl", "metadata")
 
@@ -28,9 +30,10 @@ class ChunkTable:
         t = con.execute(f"SELECT {', '.join(COLUMNS)} FROM chunks ORDER BY chunk_no").to_arrow_table()
         return cls(t.combine_chunks())
 
-    def rows(self, chunk_nos) -> list[dict]:
-        """Row dicts in the order asked (the same keys and values as retrieve.fetch_chunks);
-        -1 (no hit) slots are skipped."""
+    def candidates(self, chunk_nos) -> list[Candidate]:
+        """Candidates (no scores yet) in the order asked, from the same columns and values as
+        retrieve.fetch_chunks; -1 (no hit) slots are skipped. The one place chunk rows become
+        Candidates."""
         wanted = np.asarray([int(c) for c in np.asarray(chunk_nos).reshape(-1) if c >= 0], np.int64)
         if not len(wanted):
             return []
@@ -38,7 +41,8 @@ class ChunkTable:
         got = self.table.take(uniq).to_pylist()
         for r in got:
             r["metadata"] = json.loads(r["metadata"]) if r["metadata"] else {}
-        return [dict(got[i]) for i in inv]
+        cands = [Candidate.from_row(r) for r in got]
+        return [cands[i] for i in inv]
 
     def nbytes(self) -> int:
         return int(self.table.nbytes)

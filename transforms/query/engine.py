@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
@@ -20,7 +20,7 @@ from transforms.ingest.sentvec import SentenceStore
 from transforms.query.chunkstore import ChunkTable
 from transforms.query.extract import SentenceAnswerer
 from transforms.query.fuse import bm25_scores_for, convex_fuse, rrf_fuse
-from transforms.query.records import AnswerRecord, Question
+from transforms.query.records import AnswerRecord, Candidate, Question
 from transforms.query.rerank import VectorCache
 from transforms.query.retrieve import BM25Index, DenseIndex, FilterMasks, choose_dense_mode, search_hnsw
 
@@ -144,34 +144,32 @@ class QAEngine:
         return rrf_fuse({"dense": [int(i) for i in d_ids if i >= 0], "bm25": [int(i) for i in b_ids if i >= 0]},
                         k=rc.rrf_k, weights={"dense": rc.dense_weight, "bm25": rc.bm25_weight}, top_n=top_n)
 
-    def candidates(self, rankings: list[Rankings]) -> list[list[dict]]:
-        """The fused head (retrieve.fused_top_n) of each question as chunk rows with scores."""
+    def candidates(self, rankings: list[Rankings]) -> list[list[Candidate]]:
+        """The fused head (retrieve.fused_top_n) of each question as Candidates with scores."""
         n = self.cfg.retrieve.fused_top_n
-        rows = self.chunks.rows(sorted({c for r in rankings for c, _ in r.fused[:n]}))
-        by_no = {r["chunk_no"]: r for r in rows}
+        wanted = sorted({c for r in rankings for c, _ in r.fused[:n]})
+        by_no = {c.chunk_no: c for c in self.chunks.candidates(wanted)}
         out = []
         for r in rankings:
             dense_rank = {c: i for i, (c, _) in enumerate(r.dense, 1)}
             bm25_rank = {c: i for i, (c, _) in enumerate(r.bm25, 1)}
             cands = []
             for rank, (c, score) in enumerate(r.fused[:n], 1):
-                cand = dict(by_no[c])
-                cand.update(score=score, rank=rank, first_stage_score=score,
-                            dense_rank=dense_rank.get(c), bm25_rank=bm25_rank.get(c))
-                cands.append(cand)
+                cands.append(replace(by_no[c], score=score, rank=rank, first_stage_score=score,
+                                     dense_rank=dense_rank.get(c), bm25_rank=bm25_rank.get(c)))
             out.append(cands)
         return out
 
-    def retrieve(self, questions: list[Question]) -> list[list[dict]]:
+    def retrieve(self, questions: list[Question]) -> list[list[Candidate]]:
         """Fused first-stage candidates per question."""
         return self.candidates(self.search([q.question for q in questions], self.allowed(questions)))
 
-    def ranked_docs(self, head: list[dict], fused: list[tuple[int, float]], k: int = 10) -> list[dict]:
+    def ranked_docs(self, head: list[Candidate], fused: list[tuple[int, float]], k: int = 10) -> list[dict]:
         """The final document ranking: reranked head, then the rest of the fused list, each
         document at its first chunk. This is what an external scorer sees in the answer file."""
         seen: set = set()
         out: list[dict] = []
-        order = [(c["chunk_no"], c.get("rerank_score", c["score"])) for c in head]
+        order = [(c.chunk_no, c.final_score) for c in head]
         in_head = {c for c, _ in order}
         order += [(c, s) for c, s in fused if c not in in_head]
         for c, s in order:
@@ -213,8 +211,8 @@ class QAEngine:
                 unsupported_sentences_removed=getattr(res, "n_sentences_removed", 0),
                 unfound_quotes_removed=getattr(res, "n_quotes_removed", 0),
                 evidence_score=round(float(res.evidence_score), 4),
-                retrieved=[{"rank": i + 1, "doc_id": c["doc_id"], "chunk_id": c["chunk_id"],
-                            "source": c["source_uri"], "score": round(float(c.get("rerank_score", c["score"])), 6)}
+                retrieved=[{"rank": i + 1, "doc_id": c.doc_id, "chunk_id": c.chunk_id,
+                            "source": c.source_uri, "score": round(float(c.final_score), 6)}
                            for i, c in enumerate(ranked[:top_k])],
                 retrieved_docs=self.ranked_docs(head, r.fused),
                 index_version=self.version, line=q.line)
@@ -223,7 +221,7 @@ class QAEngine:
             out.append(rec)
         return out
 
-    def answer(self, texts: list[str], candidates: list[list[dict]], qvecs: np.ndarray):
+    def answer(self, texts: list[str], candidates: list[list[Candidate]], qvecs: np.ndarray):
         """The configured answerer; the extractive one reuses the question vectors of retrieval
         and the index-time sentence vectors, so a batch costs one model call."""
         if isinstance(self.answerer, SentenceAnswerer):
@@ -233,16 +231,16 @@ class QAEngine:
     def answer_batch(self, questions: list[Question], top_k: int, trace: bool = False) -> list[AnswerRecord]:
         return self.run(questions, top_k, trace=trace)
 
-    def _trace(self, r: Rankings, head: list[dict], ms: dict) -> dict:
+    def _trace(self, r: Rankings, head: list[Candidate], ms: dict) -> dict:
         ids = self.chunk_ids
 
         def ranked(pairs, n=20):
             return [[ids[c], round(s, 6)] for c, s in pairs[:n]]
         n_ctx = self.cfg.answer.top_chunks
         return {"dense": ranked(r.dense), "bm25": ranked(r.bm25), "fused": ranked(r.fused),
-                "reranked": [[c["chunk_id"], round(float(c.get("rerank_score", c["score"])), 6)] for c in head],
-                "context": [{"chunk_id": c["chunk_id"], "doc_id": c["doc_id"], "context": c.get("context"),
-                             "text": c.get("text")} for c in head[:n_ctx]],
+                "reranked": [[c.chunk_id, round(float(c.final_score), 6)] for c in head],
+                "context": [{"chunk_id": c.chunk_id, "doc_id": c.doc_id, "context": c.context,
+                             "text": c.text} for c in head[:n_ctx]],
                 "ms_per_question": ms}
 
 

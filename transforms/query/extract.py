@@ -35,6 +35,7 @@ import numpy as np
 
 from transforms.query.answer import EXTRACTIVE_NOT_FOUND, AnswerResult
 from transforms.query.cite import check_citations, normalize_for_match, strip_markers
+from transforms.query.records import Candidate
 from transforms.query.rerank import VectorCache, candidate_sentences
 from transforms.ingest.sentvec import SentenceStore
 
@@ -116,7 +117,7 @@ class SentenceAnswerer:
         self.fallback_sentences = 0  # sentences embedded at answer time (chunks without stored vectors)
 
     # the Answerer protocol
-    def answer(self, questions: list[str], candidates: list[list[dict]],
+    def answer(self, questions: list[str], candidates: list[list[Candidate]],
                cache: Optional[VectorCache] = None, qvecs: Optional[np.ndarray] = None) -> list[AnswerResult]:
         if len(questions) != len(candidates):
             raise ValueError(f"{len(questions)} questions but {len(candidates)} candidate lists")
@@ -153,18 +154,18 @@ class SentenceAnswerer:
         self.idf = {w: float(np.log((n + 1) / (c + 0.5))) for w, c in df.items()}
         self.idf_max = float(np.log((n + 1) / 0.5))
 
-    def _stored(self, c: dict) -> bool:
-        no = c.get("chunk_no")
+    def _stored(self, c: Candidate) -> bool:
+        no = c.chunk_no
         return self.store is not None and no is not None and bool(self.store.has_vectors[int(no)])
 
-    def sentences(self, qv: np.ndarray, cands: list[dict], cache) -> tuple[list[tuple[int, str]], np.ndarray, np.ndarray]:
+    def sentences(self, qv: np.ndarray, cands: list[Candidate], cache) -> tuple[list[tuple[int, str]], np.ndarray, np.ndarray]:
         """(candidate index, sentence) pairs, their cosines with qv, and their unit vectors."""
         flat: list[tuple[int, str]] = []
         vecs = []
         for ci, c in enumerate(cands):
-            text = c.get("text") or ""
+            text = c.text or ""
             if self._stored(c):
-                r = self.store.rows(int(c["chunk_no"]))
+                r = self.store.rows(int(c.chunk_no))
                 if r.stop > r.start:
                     flat.extend((ci, text[s:e]) for s, e in zip(self.store.start[r], self.store.end[r]))
                     vecs.append(self.store.vec[r].astype(np.float32) * self.store.inv_norm[r][:, None])
@@ -178,7 +179,7 @@ class SentenceAnswerer:
         mat = np.concatenate(vecs)
         return flat, mat @ qv, mat
 
-    def score(self, question: str, qv: np.ndarray, cands: list[dict], cache=None):
+    def score(self, question: str, qv: np.ndarray, cands: list[Candidate], cache=None):
         """(pairs, scores, vectors): every candidate sentence's score for this question."""
         p = self.p
         flat, cos, mat = self.sentences(qv, cands, cache)
@@ -207,7 +208,7 @@ class SentenceAnswerer:
                 qw = content_words(question)
                 score = score + p.type_weight * np.array([type_match(kind, s, qw) for _, s in flat])
         if p.rank_weight:
-            ranks = np.array([int(cands[ci].get("rank") or ci + 1) for ci, _ in flat], np.float64)
+            ranks = np.array([int(cands[ci].rank or ci + 1) for ci, _ in flat], np.float64)
             score = score + p.rank_weight / ranks
         return flat, score, mat
 
@@ -241,7 +242,7 @@ class SentenceAnswerer:
             picked.append(i)
         return picked
 
-    def _answer_one(self, question: str, qv: np.ndarray, cands: list[dict], cache) -> AnswerResult:
+    def _answer_one(self, question: str, qv: np.ndarray, cands: list[Candidate], cache) -> AnswerResult:
         flat, score, mat = self.score(question, qv, cands, cache)
         if not flat:
             return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found")
