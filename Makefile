@@ -20,7 +20,7 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/ragbeam index --config configs/default.yaml --input samples/corpus --output $(INDEX)
 	$(BIN)/ragbeam answer --config configs/default.yaml --index $(INDEX) \
-	  --questions samples/questions.jsonl --output $(ANSWERS) --show 3
+	  --questions samples/questions.jsonl --output $(ANSWERS) --overwrite --show 3
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests

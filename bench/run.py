@@ -21,11 +21,15 @@ from bench.table import Report
 # Full sizes keep ~5.5k embedded texts in all (~20/s on 2 cores): ~1.4k chunks twice
 # (pipeline + bare loop), ~1.7k over the memory runs, and the reranker's re-embedding
 # of candidate text for 32 + 3x8 answered questions (it is the costly part of answering).
+# OCR (section 5) costs ~5 s CPU per 10-line page at 300 dpi (~20 s for a dense A4 page):
+# 100 docs of which 10 scans, each OCR'd twice (alone, then inside the index job).
 SIZES = {
     "full": dict(index_docs=1000, questions=256, batch=128, answer_questions=32,
-                 mem_base=60, mem_factors=(1, 4, 16), mem_questions=8),
+                 mem_base=60, mem_factors=(1, 4, 16), mem_questions=8, ocr_docs=100, ocr_lines=10,
+                 s3_docs=40, s3_questions=40),
     "quick": dict(index_docs=40, questions=32, batch=16, answer_questions=8,
-                  mem_base=4, mem_factors=(1, 4, 16), mem_questions=4),
+                  mem_base=4, mem_factors=(1, 4, 16), mem_questions=4, ocr_docs=20, ocr_lines=8,
+                  s3_docs=8, s3_questions=8),
 }
 
 
@@ -50,7 +54,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="results folder (default bench/results, or bench/results/quick with --quick)")
     ap.add_argument("--data", help="folder holding cranfield/ (default ../shared/data; else a generated corpus)")
     ap.add_argument("--config", help="ragbeam config (default configs/default.yaml)")
-    ap.add_argument("--only", default="1,2,3,4", help="sections to run, e.g. 1,2,3 (3 needs 1 and 2)")
+    ap.add_argument("--only", default="1,2,3,4,5,6", help="sections to run, e.g. 1,2,3 (3 needs 1 and 2)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     a = ap.parse_args(argv)
 
@@ -58,14 +62,16 @@ def main(argv=None) -> int:
     from bench.hnsw_bench import bench_hnsw
     from bench.index_bench import bench_index
     from bench.memory_bench import bench_memory
+    from bench.ocr_bench import bench_ocr
     from bench.retrieval_bench import bench_retrieval
+    from bench.s3_bench import bench_s3
 
     mode = "quick" if a.quick else "full"
     size = SIZES[mode]
     out_dir = a.out or os.path.join(ROOT, "bench", "results", *(["quick"] if a.quick else []))
     only = {s.strip() for s in a.only.split(",")}
     cfg = load_config(a.config)
-    need_docs = max(size["index_docs"], size["mem_base"] * max(size["mem_factors"]))
+    need_docs = max(size["index_docs"], size["mem_base"] * max(size["mem_factors"]), size["ocr_docs"])
     data = load_dataset(a.data, generated_docs=need_docs)
     questions = data.questions[:size["questions"]]
     load_start = os.getloadavg()[0]
@@ -84,6 +90,10 @@ def main(argv=None) -> int:
                     bench_hnsw(cfg, index, r["qvecs"], report)
         if "4" in only:
             bench_memory(a.config, data, size["mem_base"], size["mem_factors"], size["mem_questions"], work, report)
+        if "5" in only:
+            bench_ocr(cfg, data, size["ocr_docs"], size["ocr_lines"], work, report)
+        if "6" in only:
+            bench_s3(size["s3_docs"], size["s3_questions"], report)
     finally:
         if a.keep:
             print(f"work folder kept: {work}")

@@ -38,15 +38,15 @@ def _job(args: list[str], env: dict) -> tuple[float, float]:
     return wall, (peak[-1] / 1024 if peak else float("nan"))
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--docs", type=int, default=40)
-    ap.add_argument("--questions", type=int, default=40)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
-    a = ap.parse_args(argv)
+SECTION = "6. Index and answers on object storage"
+
+
+def measure(n_docs: int, n_questions: int) -> dict:
+    """Start SeaweedFS, run the index and answer jobs on S3 and on a local disk; the figures."""
     sys.path.insert(0, str(ROOT))
     from infra.s3 import seaweed
 
+    a = argparse.Namespace(docs=n_docs, questions=n_questions)
     work = Path(tempfile.mkdtemp(prefix="ragbeam-s3-bench-"))
     server = seaweed.start(work / "s3", access_key="bench", secret_key="bench-secret", volume_max=20,
                            die_with_parent=True)
@@ -91,6 +91,29 @@ def main(argv=None) -> int:
     finally:
         server.stop(graceful=False)
         shutil.rmtree(work, ignore_errors=True)
+    figures["docs"] = len(docs)
+    return figures
+
+
+def bench_s3(n_docs: int, n_questions: int, report) -> None:
+    """`make bench` section 6: the same jobs with the index on S3 and on a local disk."""
+    from bench.table import Figure
+    f = measure(n_docs, n_questions)
+    report.add(Figure(SECTION, f"index job wall, index on S3 ({f['docs']} docs)", f["index_s3_s"], "s",
+                      f["index_local_s"], "the same job, index on a local disk"))
+    report.add(Figure(SECTION, f"answer job wall ({n_questions} q), index + output on S3", f["answer_s3_s"], "s",
+                      f["answer_local_s"], "the same job, index and output on a local disk"))
+    report.add(Figure(SECTION, f"answer job peak RSS, {n_questions * 10} questions (10x)", f["answer_s3_rss_10x_mb"],
+                      "MB", f["answer_s3_rss_1x_mb"], f"the same job with {n_questions} questions (1x)"))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--docs", type=int, default=40)
+    ap.add_argument("--questions", type=int, default=40)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    a = ap.parse_args(argv)
+    figures = measure(a.docs, a.questions)
     f = figures
     rows = [
         ("index job wall, index on S3 vs local disk", f"{f['index_s3_s']:.1f} s", f"{f['index_local_s']:.1f} s",
@@ -105,7 +128,7 @@ def main(argv=None) -> int:
                                                                           for r in rows]
     os.makedirs(a.out, exist_ok=True)
     Path(a.out, "s3.md").write_text("\n".join(md) + "\n")
-    Path(a.out, "s3.json").write_text(json.dumps({**figures, "docs": len(docs), "questions": a.questions},
+    Path(a.out, "s3.json").write_text(json.dumps({**figures, "questions": a.questions},
                                                   indent=2))
     print("\n".join(md))
     return 0

@@ -127,6 +127,14 @@ class RetrieveConfig(_Strict):
     dense_weight: float = Field(1.0, ge=0)
     bm25_weight: float = Field(1.0, ge=0)
     fused_top_n: int = Field(30, ge=1, le=1000)
+    # convex (default): fusion_alpha * normalised dense score + (1 - fusion_alpha) * normalised
+    # BM25 score, a chunk missing from one list scored exactly there; rrf: reciprocal rank
+    # fusion (rrf_k, dense_weight, bm25_weight). Chosen on the dev sets (README, "Quality").
+    fusion: Literal["rrf", "convex"] = "convex"
+    fusion_alpha: float = Field(0.7, ge=0, le=1)
+    fusion_norm: Literal["minmax", "zscore", "max"] = "minmax"
+    bm25_k1: Optional[float] = Field(None, gt=0)  # None: the artifact's (1.2)
+    bm25_b: Optional[float] = Field(None, ge=0, le=1)  # None: the artifact's (0.75)
 
 
 class RerankConfig(_Strict):
@@ -142,9 +150,19 @@ class RerankConfig(_Strict):
 
 class AnswerConfig(_Strict):
     kind: Literal["extractive", "openai", "bedrock"] = "extractive"
-    max_sentences: int = Field(3, ge=1, le=20)
+    max_sentences: int = Field(2, ge=1, le=20)
     top_chunks: int = Field(5, ge=1, le=50)
-    threshold: float = Field(0.55, ge=-1, le=1)
+    threshold: float = Field(0.58, ge=-1, le=2)  # on the evidence score (cosine + lexical share)
+    # extractive sentence selection (transforms/query/extract.py)
+    gap: float = Field(0.10, ge=0, le=2)  # keep sentences scoring within this of the best
+    lexical_weight: float = Field(0.7, ge=0, le=2)  # share of the question's (idf-weighted) words
+    lexical_idf: bool = True  # weigh the question's words by inverse document frequency
+    type_weight: float = Field(0.1, ge=0, le=2)  # the sentence holds the asked kind (year, number, name)
+    same_source_bonus: float = Field(0.05, ge=0, le=2)  # favour a 2nd sentence from the cited chunk
+    evidence_lexical_weight: float = Field(0.5, ge=0, le=2)  # evidence = max(cos + this * lexical)
+    rank_weight: float = Field(0.0, ge=0, le=2)  # bonus rank_weight / chunk rank
+    mmr_lambda: float = Field(1.0, ge=0, le=1)
+    dup_sim: float = Field(0.95, ge=0, le=1)  # drop a sentence this similar to a picked one
     base_url: Optional[str] = None  # openai-compatible endpoint
     model: Optional[str] = None
     api_key: Optional[str] = Field(None, repr=False)

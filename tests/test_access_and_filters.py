@@ -170,10 +170,10 @@ def test_hnsw_mode_applies_each_questions_mask(acl_index, monkeypatch):
     assert calls and all(shape is not None and shape[-1] == len(chunks) for shape in calls)  # HNSW ran, masked
     for q, mask, g, w in zip(qs, masks, got, want):
         for c in g:
-            assert mask[c["chunk_no"]], (q.id, c["chunk_id"])
-            assert _visible(chunks[c["chunk_id"]], q.acl, q.filters), q.id
-        dense = sorted((c["dense_rank"], c["chunk_id"]) for c in g if c["dense_rank"])
+            assert mask[c.chunk_no], (q.id, c.chunk_id)
+            assert _visible(chunks[c.chunk_id], q.acl, q.filters), q.id
+        dense = sorted((c.dense_rank, c.chunk_id) for c in g if c.dense_rank)
         # filtered rows never take a slot: the top 5 fill up whenever 5 rows are allowed
         assert len(dense) == min(5, int(mask.sum())), (q.id, len(dense), int(mask.sum()))
         # on a corpus this small HNSW finds the exact neighbours
-        assert dense == sorted((c["dense_rank"], c["chunk_id"]) for c in w if c["dense_rank"]), q.id
+        assert dense == sorted((c.dense_rank, c.chunk_id) for c in w if c.dense_rank), q.id

@@ -40,3 +40,33 @@ def test_report_writes_json_and_markdown(tmp_path):
     md = open(mp).read()
     assert "| rate | 50.0 q/s | 100 q/s | 0.50× | plain loop |" in md
     assert "| alone | 3.00 MB |  | – |  |" in md
+
+
+def test_ocr_bench_corpus_is_ten_percent_scans_with_text_twins(tmp_path):
+    """Section 5's corpus: every 10th document an image-only PDF, the rest txt/md/html/text PDF;
+    each scan keeps its text-PDF twin (same lines) for the baselines. No OCR is run here."""
+    import os
+
+    import pytest
+    pytest.importorskip("pypdfium2")
+    pytest.importorskip("PIL")
+    from bench.ocr_bench import make_corpus, twin_corpus
+    from transforms.ingest.parse.ocr import OcrSettings
+    from transforms.ingest.parse.pdf import parse_pdf_with_errors
+    from transforms.records import RawObject
+
+    c = make_corpus(generated_dataset(20).docs, 3, str(tmp_path / "c"))
+    names = sorted(os.listdir(c["folder"]))
+    assert len(names) == 20 and len(c["scans"]) == 2
+    assert {n.rsplit(".", 1)[1] for n in names} == {"pdf", "txt", "md", "html"}
+    off = OcrSettings(mode="off")
+    for s in c["scans"]:
+        assert len(s["lines"]) == 4  # title + 3 lines
+        docs, _ = parse_pdf_with_errors(RawObject.from_bytes("file:///t.pdf", "t.pdf", s["text_pdf"]), ocr=off)
+        assert docs[0].text.split() == " ".join(s["lines"]).split()
+        with pytest.raises(Exception, match="no text extracted"):  # the scan has no text layer
+            parse_pdf_with_errors(RawObject.from_bytes("file:///s.pdf", "s.pdf", s["scan"]), ocr=off)
+    twin = twin_corpus(c, str(tmp_path / "twin"))
+    assert sorted(os.listdir(twin)) == names
+    assert all(open(os.path.join(twin, os.path.basename(s["path"])), "rb").read() == s["text_pdf"]
+               for s in c["scans"])

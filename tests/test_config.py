@@ -60,12 +60,13 @@ def _example_expectations():
             (c.contextualize.kind, "title_path"), (c.embed.batch_size, 8), (c.artifacts.build, True),
             ((c.artifacts.hnsw.m, c.artifacts.hnsw.ef_construction, c.artifacts.hnsw.ef_search), (16, 128, 64)),
             (c.index.keep_versions, 3), (c.retrieve.mode, "auto"), (c.retrieve.rrf_k, 60),
-            (c.rerank.kind, "none"), (c.answer.kind, "extractive"), (c.answer.threshold, 0.55),
+            (c.rerank.kind, "none"), (c.answer.kind, "extractive"), (c.answer.threshold, 0.58),
+            (c.answer.max_sentences, 2), (c.retrieve.fusion, "convex"), (c.retrieve.fusion_alpha, 0.7),
             (c.output.format, "jsonl"), (c.output.retrieved_top_k, 10), (c.gate, None),
             (c.s3.endpoint_url, None), (c.s3.access_key_id, None)],
         "eval-rerank.yaml": lambda c: [
             (c.runner.name, "DirectRunner"), (c.runner.direct_running_mode, "in_memory"),
-            (c.rerank.kind, "embedding"), (c.answer.threshold, 0.55)],
+            (c.rerank.kind, "embedding"), (c.answer.threshold, 0.58)],
         "local-s3.yaml": lambda c: [
             (c.runner.name, "DirectRunner"), (c.s3.endpoint_url, "http://127.0.0.1:8333"),
             (c.s3.region, "us-east-1"),  # ${AWS_REGION:-us-east-1} with AWS_REGION unset

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from configs.schema import ConfigError, load_config
-from transforms.query.records import InputError, Question
+from transforms.query.records import Candidate, InputError, Question
 
 HOSTILE = Path(__file__).parent / "hostile"
 ROOT = Path(__file__).resolve().parent.parent
@@ -298,10 +298,10 @@ def hostile_llm():
 
 
 SOURCES = [
-    {"n": 1, "doc_id": "json", "chunk_id": "c1", "source_uri": "json.html", "score": 0.9,
-     "text": "json.dumps(obj) serializes obj to a JSON formatted str."},
-    {"n": 2, "doc_id": "pathlib", "chunk_id": "c2", "source_uri": "pathlib.html", "score": 0.8,
-     "text": "Path.mkdir(parents=True) creates any missing parent directories of the path."},
+    Candidate(doc_id="json", chunk_id="c1", source_uri="json.html", score=0.9,
+              text="json.dumps(obj) serializes obj to a JSON formatted str."),
+    Candidate(doc_id="pathlib", chunk_id="c2", source_uri="pathlib.html", score=0.8,
+              text="Path.mkdir(parents=True) creates any missing parent directories of the path."),
 ]
 
 

@@ -205,8 +205,13 @@ def test_answer_job_from_an_s3_index_to_s3_resumes_after_a_kill(s3_server, s3_in
     assert (cached / "index.duckdb").exists()
     assert cached.name.endswith(json.loads(storage.read_text(f"{index}/versions/{version}/manifest.json"))
                                 ["artifact"]["sha256"][:16])
-    killed = ans("s3://s3index/answers/resumed.jsonl", kill_at="after_shard:2")
+    killed = ans("s3://s3index/answers/resumed.jsonl", kill_at="after_shard:2", RAGBEAM_INDEX_LOCK_LEASE_S="5")
     assert killed.returncode == -9, killed.stderr[-3000:]
+    from transforms.common.lock import BusyError, exclusive_lock
+    with pytest.raises(BusyError, match="being written by another run"):  # its output lock is still leased
+        with exclusive_lock("s3://s3index/answers/resumed.jsonl.lock", "s3://s3index/answers/resumed.jsonl"):
+            pass
+    time.sleep(5.5)  # the killed run's lock lease runs out
     assert not storage.exists("s3://s3index/answers/resumed.jsonl")
     assert len([k for k in keys(s3_server, "s3index", "answers/resumed.jsonl.parts/") if "/shard-" in k]) == 2
     again = ans("s3://s3index/answers/resumed.jsonl")
@@ -223,7 +228,9 @@ def test_answer_job_from_an_s3_index_to_s3_resumes_after_a_kill(s3_server, s3_in
 def test_question_files_read_in_pieces_equal_a_whole_read(s3_server, s3_source, tmp_path, monkeypatch):
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from transforms.query.engine import Question
+    from dataclasses import asdict
+
+    from transforms.query.records import Question
     from transforms.query.question_pieces import plan_pieces, read_piece, shards_for
     from transforms.query.questions import read_questions
     for k, v in _lock_env(s3_server).items():
@@ -247,7 +254,7 @@ def test_question_files_read_in_pieces_equal_a_whole_read(s3_server, s3_source, 
     c.upload_file(str(parquet), "s3index", "pieces/q.parquet")
 
     def norm(r):
-        return (r.id, r.line, r.question) if isinstance(r, Question) else json.dumps(r, sort_keys=True)
+        return (r.id, r.line, r.question) if isinstance(r, Question) else json.dumps(asdict(r), sort_keys=True)
     for uri, n_pieces in ((str(jsonl), 62), ("s3://s3index/pieces/q.jsonl", 62), (str(parquet), 4),
                           ("s3://s3index/pieces/q.parquet", 4)):
         whole = [norm(r) for r in read_questions(uri)]

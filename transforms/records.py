@@ -143,7 +143,15 @@ def _chunk_fields(dim: int) -> list:
     ("acl", pa.list_(pa.string())),
     ("metadata", pa.string()),  # JSON object
     ("indexed_at", pa.timestamp("s", tz="UTC")),
+    # Index-time sentence vectors (transforms/ingest/sentvec.py): char spans of the chunk
+    # text's sentences and one int8 vector each (late chunking). Null in rows written before.
+    ("sentence_starts", pa.list_(pa.int32())),
+    ("sentence_ends", pa.list_(pa.int32())),
+    ("sentence_vectors", pa.list_(pa.list_(pa.int8(), dim))),
 ]
+
+
+SENTENCE_COLUMNS = ("sentence_starts", "sentence_ends", "sentence_vectors")
 
 
 CHUNK_COLUMNS = tuple(name for name, _ in _chunk_fields(1))
@@ -185,8 +193,9 @@ DEAD_LETTER_SCHEMA = pa.schema([
 
 
 def chunk_row(chunk: Chunk, embedding: list[float], model_id: str, model_sha256: str,
-              indexed_at) -> dict:
-    """A Chunk plus its vector, as one row of chunk_schema(dim)."""
+              indexed_at, sentences=None) -> dict:
+    """A Chunk plus its vector (and its sentences: (spans, int8 vectors)), as one row of
+    chunk_schema(dim)."""
     row = {f.name: getattr(chunk, f.name) for f in dataclasses.fields(chunk)
            if f.name in CHUNK_COLUMNS}
     row["metadata"] = json.dumps(chunk.metadata, sort_keys=True, default=str)
@@ -196,6 +205,13 @@ def chunk_row(chunk: Chunk, embedding: list[float], model_id: str, model_sha256:
     row["model_id"] = model_id
     row["model_sha256"] = model_sha256
     row["indexed_at"] = indexed_at
+    if sentences is not None:
+        spans, vecs = sentences
+        row["sentence_starts"] = [int(a) for a, _ in spans]
+        row["sentence_ends"] = [int(b) for _, b in spans]
+        row["sentence_vectors"] = [np.asarray(v, np.int8) for v in vecs]
+    else:
+        row["sentence_starts"] = row["sentence_ends"] = row["sentence_vectors"] = None
     return row
 
 

@@ -23,10 +23,14 @@ class BusyError(RuntimeError):
 
 
 @contextlib.contextmanager
-def exclusive_lock(lock_path: str, what: str):
+def exclusive_lock(lock_path: str, what: str, busy: str = "is being written by another run",
+                   error=None, lease_s: Optional[float] = None):
+    """Hold lock_path for a whole run; a second holder gets `error` ("<what> <busy>") at once.
+    Yields the S3Lease on object storage (its check() says whether the lease was lost), else None."""
+    error = error or BusyError
     if is_s3(lock_path):
-        lease = S3Lease(lock_path, f"{what} is being written by another run",
-                        float(os.environ.get(ENV_LEASE) or DEFAULT_LEASE_S))
+        lease = S3Lease(lock_path, f"{what} {busy}", float(lease_s or os.environ.get(ENV_LEASE) or DEFAULT_LEASE_S),
+                        error)
         lease.acquire()
         try:
             yield lease
@@ -41,10 +45,10 @@ def exclusive_lock(lock_path: str, what: str):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise BusyError(f"{what} is being written by another run (lock {lock_path})") from None
-        yield
+            raise error(f"{what} {busy} (lock {lock_path})") from None
+        yield None
     finally:
-        os.close(fd)
+        os.close(fd)  # closing releases the lock, also when the process is killed
 
 
 DEFAULT_LEASE_S = 600.0

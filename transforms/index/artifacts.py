@@ -104,12 +104,18 @@ def build_artifact(chunk_files: list[str], db_path: str, *, hnsw_m: int = 16,
     con = connect(tmp, threads=threads)
     try:
         t = time.perf_counter()
-        cols = ", ".join(f'"{n}"' for n in CHUNK_COLUMNS if n != "embedding")
+        have = {r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?, union_by_name = true)",
+                                          [list(chunk_files)]).fetchall()}
+        # shards written before a column existed (the sentence vectors) read as NULL
+        new_types = {"sentence_starts": "INTEGER[]", "sentence_ends": "INTEGER[]",
+                     "sentence_vectors": f"TINYINT[{int(dim)}][]"}
+        cols = ", ".join(f'"{n}"' if n in have else f'NULL::{new_types[n]} AS "{n}"'
+                         for n in CHUNK_COLUMNS if n != "embedding")
         con.execute(f"""
             CREATE TABLE chunks AS
             SELECT (row_number() OVER (ORDER BY chunk_id) - 1)::INTEGER AS chunk_no, {cols},
                    embedding::FLOAT[{int(dim)}] AS embedding
-            FROM read_parquet(?) ORDER BY chunk_id""", [list(chunk_files)])
+            FROM read_parquet(?, union_by_name = true) ORDER BY chunk_id""", [list(chunk_files)])
         n, n_ids = con.execute("SELECT count(*), count(DISTINCT chunk_id) FROM chunks").fetchone()
         if n == 0:
             raise ValueError("chunk files hold no rows")

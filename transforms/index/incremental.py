@@ -249,7 +249,11 @@ def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = Non
     kept_pairs = [p for p in pairs if p in uris_by_doc]
     chunks = chunks.set_column(chunks.schema.get_field_index("source_uris"), "source_uris",
                                pa.array([uris_by_doc[p] for p in kept_pairs], pa.list_(pa.string())))
-    _write(chunks.cast(chunk_schema(embedding_dim(chunks.schema))), out_dir, CHUNKS_DIR)
+    schema = chunk_schema(embedding_dim(chunks.schema))
+    for field in schema:  # columns added since the live version was written: null
+        if field.name not in chunks.column_names:
+            chunks = chunks.append_column(field, pa.nulls(chunks.num_rows, field.type))
+    _write(chunks.select(schema.names).cast(schema), out_dir, CHUNKS_DIR)
     counts["carried_chunks"] = chunks.num_rows
 
     dead = read_table(live.version_dir, DEAD_LETTERS_DIR)

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import fcntl
 import os
 import secrets
 import shutil
 from typing import Optional
 
 from transforms.common import storage
-from transforms.common.lock import DEFAULT_LEASE_S, ENV_LEASE, BusyError, LockLost, S3Lease  # noqa: F401
+from transforms.common.lock import BusyError, exclusive_lock
 from transforms.common.fault_injection import kill_point
 from transforms.common.s3 import is_s3
 
@@ -160,24 +159,9 @@ LOCK = ".lock"
 @contextlib.contextmanager
 def index_lock(index_dir: str, lease_s: Optional[float] = None):
     """An exclusive lock on INDEX/.lock for a whole run: two runs never share a staging dir."""
-    if is_s3(index_dir):
-        lease = S3Lease(storage.join(index_dir, LOCK), f"{index_dir} is being indexed by another run",
-                        float(lease_s or os.environ.get(ENV_LEASE) or DEFAULT_LEASE_S), IndexBusyError)
-        lease.acquire()
-        try:
-            yield lease
-        finally:
-            lease.release()
-        return
-    fd = os.open(os.path.join(index_dir, ".lock"), os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise IndexBusyError(f"{index_dir} is being indexed by another run (lock {index_dir}/.lock)") from None
-        yield None
-    finally:
-        os.close(fd)  # closing releases the lock, also when the process is killed
+    with exclusive_lock(storage.join(index_dir, LOCK), index_dir, "is being indexed by another run",
+                        IndexBusyError, lease_s) as lease:
+        yield lease
 
 
 def clear_staging(index_dir: str) -> None:

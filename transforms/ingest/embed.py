@@ -131,6 +131,15 @@ class Embedder:
         return out
 
     def _run(self, encs) -> np.ndarray:
+        hidden, mask = self.forward(encs)
+        m = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+    def forward(self, encs) -> tuple[np.ndarray, np.ndarray]:
+        """(last hidden states (b, seq, dim), attention mask (b, seq)) for tokenizer encodings;
+        sentvec.late_encode pools sentence spans from the same states."""
         max_len = self.spec.max_length
         seq = min(max(len(e.ids) for e in encs), max_len)
         ids = np.zeros((len(encs), seq), dtype=np.int64)
@@ -144,27 +153,34 @@ class Embedder:
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self.input_names:
             feeds["token_type_ids"] = np.zeros_like(ids)
-        hidden = self.session.run(None, feeds)[0]
-        m = mask[:, :, None].astype(np.float32)
-        pooled = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+        return self.session.run(None, feeds)[0], mask
 
-def embed_chunks(chunks: list[Chunk], embedder: "Embedder", cache, batch_size: int = 8
-                 ) -> tuple[list[np.ndarray], list[tuple[str, np.ndarray]]]:
-    """The embed stage function: chunks -> (one vector per chunk, the (cache key, vector)
-    pairs computed now). Vectors found in `cache` (an EmbeddingCache) are reused."""
+def embed_chunks(chunks: list[Chunk], embedder: "Embedder", cache, batch_size: int = 8):
+    """The embed stage function: chunks -> (one vector per chunk, one (spans, int8 sentence
+    vectors) per chunk, the new cache entries computed now as dicts of cache_schema).
+
+    The chunk's sentence vectors come from the same forward pass as its vector (late
+    chunking: transforms/ingest/sentvec.py). Entries found in `cache` (an EmbeddingCache)
+    are reused; one without sentence vectors, or with other sentence spans, is embedded again.
+    """
     from transforms.ingest.embed_cache import cache_key
+    from transforms.ingest.sentvec import chunk_sentence_vectors, quantize_int8, sentence_spans
     keys = [cache_key(c.embed_text) for c in chunks]
     vectors = [cache.get(k) for k in keys]
-    missing = [i for i, v in enumerate(vectors) if v is None]
+    sentences = [cache.get_sentences(k) for k in keys]
+    missing = [i for i, (v, s) in enumerate(zip(vectors, sentences))
+               if v is None or s is None or s[0] != sentence_spans(chunks[i].text)]
     new = []
     if missing:
-        fresh = embedder.encode([chunks[i].embed_text for i in missing], batch_size=batch_size)
-        for i, vec in zip(missing, fresh):
+        fresh, spans, svecs = chunk_sentence_vectors(
+            embedder, [chunks[i].embed_text for i in missing], [chunks[i].text for i in missing],
+            batch_size=batch_size, kind="late")
+        for i, vec, sp, sv in zip(missing, fresh, spans, svecs):
             vectors[i] = vec
-            new.append((keys[i], vec))
-    return vectors, new
+            sentences[i] = (sp, quantize_int8(sv))
+            new.append({"key": keys[i], "embedding": vec, "sentence_starts": [a for a, _ in sp],
+                        "sentence_ends": [b for _, b in sp], "sentence_vectors": list(sentences[i][1])})
+    return vectors, sentences, new
 
 
 # --- the embed stage in Beam ------------------------------------------------------------
@@ -193,16 +209,16 @@ class EmbedChunksFn(StageFn):
         self.cache = EmbeddingCache.load(self.cache_dir, self.spec.dim)
 
     def apply(self, chunks: list[Chunk], out: Outputs) -> None:
-        vectors, new = embed_chunks(chunks, self.embedder, self.cache, self.batch_size)
-        for key, vec in new:
-            out.tagged(self.NEW_EMBEDDINGS, {"key": key, "embedding": vec})
+        vectors, sentences, new = embed_chunks(chunks, self.embedder, self.cache, self.batch_size)
+        for entry in new:
+            out.tagged(self.NEW_EMBEDDINGS, entry)
         out.count("embedded", len(new))
         out.count("cache_hits", len(chunks) - len(new))
         if new:
             kill_point("during_embed")  # tests: a real kill while shards are being written
         out.note_progress("chunks", len(chunks))
-        for chunk, vec in zip(chunks, vectors):
-            out.emit(chunk_row(chunk, vec, self.spec.model_id, self.spec.model_sha256, self.indexed_at))
+        for chunk, vec, sent in zip(chunks, vectors, sentences):
+            out.emit(chunk_row(chunk, vec, self.spec.model_id, self.spec.model_sha256, self.indexed_at, sent))
 
 
 class EmbedChunks(beam.PTransform):

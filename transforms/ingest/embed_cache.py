@@ -23,7 +23,11 @@ from transforms.common.s3 import is_s3
 
 def cache_schema(dim: int) -> pa.Schema:
     """Cache entries for vectors of `dim` floats (ModelSpec.dim)."""
-    return pa.schema([("key", pa.string()), ("embedding", pa.list_(pa.float32(), dim))])
+    return pa.schema([("key", pa.string()), ("embedding", pa.list_(pa.float32(), dim)),
+                      # the chunk's sentence spans and int8 vectors (null in older entries)
+                      ("sentence_starts", pa.list_(pa.int32())),
+                      ("sentence_ends", pa.list_(pa.int32())),
+                      ("sentence_vectors", pa.list_(pa.list_(pa.int8(), dim)))])
 
 
 NEW_ENTRIES_DIR = "embeddings_new"  # inside a staging version dir
@@ -47,9 +51,10 @@ def _read_parquet(uri: str) -> pa.Table:
 class EmbeddingCache:
     """Read side: loaded once per worker; lookups by key."""
 
-    def __init__(self, keys: list[str], vectors: np.ndarray):
+    def __init__(self, keys: list[str], vectors: np.ndarray, sentences=None):
         self.index = {k: i for i, k in enumerate(keys)}
         self.vectors = vectors
+        self.sentences = sentences  # sentvec.SentenceStore over the same rows, or None
 
     @classmethod
     def load(cls, directory: Optional[str], dim: int) -> "EmbeddingCache":
@@ -59,12 +64,23 @@ class EmbeddingCache:
             files = sorted(glob.glob(os.path.join(directory, "*.parquet"))) if directory else []
         if not files:
             return cls([], np.zeros((0, dim), np.float32))
-        table = pa.concat_tables([_read_parquet(f) for f in files])
+        schema = cache_schema(dim)
+        tables = []
+        for f in files:  # entries written before sentence vectors lack their columns
+            t = _read_parquet(f)
+            for field in schema:
+                if field.name not in t.column_names:
+                    t = t.append_column(field, pa.nulls(t.num_rows, field.type))
+            tables.append(t.select(schema.names))
+        table = pa.concat_tables(tables)
         col = table.column("embedding").combine_chunks()
         if col.type.list_size != dim:  # the namespace folds in the model file, so this is a bug
             raise ValueError(f"embedding cache {directory} holds {col.type.list_size}-d vectors, model has {dim}")
         vectors = col.flatten().to_numpy(zero_copy_only=False).reshape(len(col), dim)
-        return cls(table.column("key").to_pylist(), vectors)
+        from transforms.ingest.sentvec import SentenceStore
+        sent = SentenceStore.from_arrow(*(table.column(n).combine_chunks() for n in
+                                          ("sentence_starts", "sentence_ends", "sentence_vectors")))
+        return cls(table.column("key").to_pylist(), vectors, sent)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -72,6 +88,14 @@ class EmbeddingCache:
     def get(self, key: str) -> Optional[np.ndarray]:
         i = self.index.get(key)
         return None if i is None else self.vectors[i]
+
+    def get_sentences(self, key: str):
+        """(spans, int8 vectors) cached for the chunk, or None (unknown, or an older entry)."""
+        i = self.index.get(key)
+        if i is None or self.sentences is None or not self.sentences.has_vectors[i]:
+            return None
+        r = self.sentences.rows(i)
+        return list(zip(self.sentences.start[r].tolist(), self.sentences.end[r].tolist())), self.sentences.vec[r]
 
 
 def commit_new_entries(version_dir: str, cache_dir: str, version: str) -> int:

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import stat
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional
 
@@ -61,37 +59,6 @@ def list_objects(input_uri: str, s3: Optional[S3Settings] = None, report: Option
     else:
         found = _list_filesystems(input_uri)
     return sorted(found, key=lambda o: o.key)
-
-
-def _list_local(path: str) -> Iterator[ListedObject]:
-    root = os.path.abspath(path)
-    if os.path.isfile(root):
-        st = os.stat(root)
-        yield ListedObject(root, os.path.basename(root), st.st_size, st.st_mtime)
-        return
-    if not os.path.isdir(root):
-        raise FileNotFoundError(f"input not found: {path}")
-    seen: set[tuple[int, int]] = set()  # (dev, inode) of visited dirs: symlink loops end here
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        st = os.stat(dirpath)
-        if (st.st_dev, st.st_ino) in seen:
-            dirnames[:] = []
-            continue
-        seen.add((st.st_dev, st.st_ino))
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            if name.startswith("."):
-                continue
-            full = os.path.join(dirpath, name)
-            try:
-                fst = os.stat(full)
-            except OSError as e:  # e.g. a dangling symlink
-                log.warning("skipping %s: %s", full, e)
-                continue
-            if not stat.S_ISREG(fst.st_mode):  # a FIFO or socket would block or fail the read
-                continue
-            key = os.path.relpath(full, root).replace(os.sep, "/")
-            yield ListedObject(full, key, fst.st_size, fst.st_mtime)
 
 
 def _list_s3(uri: str, client) -> list[ListedObject]:

@@ -22,6 +22,7 @@ import numpy as np
 
 from transforms.common.text import STOPWORDS
 from transforms.query.cite import check_citations, normalize_for_match, strip_markers
+from transforms.query.records import Candidate
 from transforms.query.rerank import VectorCache, candidate_sentences
 
 EXTRACTIVE_NOT_FOUND = "Not found in the sources."
@@ -41,7 +42,7 @@ class AnswerResult:
 
 
 class Answerer(Protocol):
-    def answer(self, questions: list[str], candidates: list[list[dict]],
+    def answer(self, questions: list[str], candidates: list[list[Candidate]],
                cache: Optional[VectorCache] = None) -> list[AnswerResult]:
         ...
 
@@ -71,7 +72,7 @@ class ExtractiveAnswerer:
         self.margin = margin
         self.lexical_weight = lexical_weight
 
-    def answer(self, questions: list[str], candidates: list[list[dict]],
+    def answer(self, questions: list[str], candidates: list[list[Candidate]],
                cache: Optional[VectorCache] = None) -> list[AnswerResult]:
         if len(questions) != len(candidates):
             raise ValueError(f"{len(questions)} questions but {len(candidates)} candidate lists")
@@ -88,7 +89,7 @@ class ExtractiveAnswerer:
                 out.append(AnswerResult("", "error", error=f"{type(e).__name__}: {e}"))
         return out
 
-    def _answer_one(self, question: str, cands: list[dict], per_q: list[list[str]],
+    def _answer_one(self, question: str, cands: list[Candidate], per_q: list[list[str]],
                     cache: VectorCache) -> AnswerResult:
         flat = [(ci, s) for ci, ss in enumerate(per_q) for s in ss]
         if not flat:
@@ -150,12 +151,12 @@ def escape_source_text(text: str) -> str:
     return _SOURCE_TAG.sub(lambda m: f"&lt;{m.group(1)}{m.group(2)}", text)
 
 
-def build_prompt(question: str, sources: list[dict], max_source_chars: int = 6000) -> tuple[str, str]:
+def build_prompt(question: str, sources: list[Candidate], max_source_chars: int = 6000) -> tuple[str, str]:
     """(system, user): sources fenced as <source id="n" title="...">text</source>."""
     blocks = []
     for n, src in enumerate(sources, start=1):
-        title = src.get("context") or src.get("title") or ""
-        text = escape_source_text((src.get("text") or "")[:max_source_chars])
+        title = src.context or src.title or ""
+        text = escape_source_text((src.text or "")[:max_source_chars])
         blocks.append(f'<source id="{n}" title="{html.escape(title, quote=True)}">\n'
                       f"{text}\n</source>")
     user = ("Sources:\n" + "\n".join(blocks) + "\n\n"
@@ -183,7 +184,7 @@ class GeneratorAnswerer:
         self.max_source_chars = max_source_chars
         self.concurrency = max(1, concurrency)  # requests in flight; the server batches them
 
-    def answer(self, questions: list[str], candidates: list[list[dict]],
+    def answer(self, questions: list[str], candidates: list[list[Candidate]],
                cache: Optional[VectorCache] = None) -> list[AnswerResult]:  # cache unused: no embedding here
         if len(questions) != len(candidates):
             raise ValueError(f"{len(questions)} questions but {len(candidates)} candidate lists")
@@ -193,12 +194,12 @@ class GeneratorAnswerer:
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             return list(pool.map(lambda job: self._answer_one(*job), jobs))
 
-    def _answer_one(self, question: str, cands: list[dict]) -> AnswerResult:
+    def _answer_one(self, question: str, cands: list[Candidate]) -> AnswerResult:
         sources = list(cands[:self.max_sources])
         if not sources:  # nothing retrieved: no need to ask the model
             return AnswerResult(GENERATOR_NOT_FOUND, "not_found")
         # The reranker's score when there is one (first-stage scores are on another scale).
-        evidence = max(float(s.get("rerank_score", s.get("score")) or 0.0) for s in sources)
+        evidence = max(float(s.final_score or 0.0) for s in sources)
         try:
             system, user = build_prompt(question, sources, self.max_source_chars)
             reply = (self.client.complete(system, user) or "").strip()
@@ -217,7 +218,7 @@ class GeneratorAnswerer:
         return _grounded_result(check, sources, evidence)
 
 
-def _grounded_result(check, sources: list[dict], evidence: float) -> AnswerResult:
+def _grounded_result(check, sources: list[Candidate], evidence: float) -> AnswerResult:
     """Keep only the sentences the sources support (see transforms.query.grounding)."""
     from transforms.query.grounding import UNSUPPORTED, ground_answer
     g = ground_answer(check.answer, sources)

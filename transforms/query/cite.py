@@ -10,6 +10,8 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
+from transforms.query.records import Candidate
+
 # [3] or [1, 2]; not list[0] in code (a word character right before '[').
 _MARKER = re.compile(r"(?<!\w)\[\s*(\d{1,4}(?:\s*,\s*\d{1,4})*)\s*\]")
 # "quoted span" [n] (straight or curly quotes), the marker right after the quote.
@@ -58,7 +60,7 @@ def _quote_in(quote: str, source_text_norm: str) -> bool:
     return bool(q) and q in source_text_norm
 
 
-def check_citations(answer: str, sources: list[dict],
+def check_citations(answer: str, sources: list[Candidate],
                     quotes: Optional[dict[int, Union[str, list[str]]]] = None) -> CitationCheck:
     """Validate [n] markers and claimed quotes against `sources`; drop what fails.
 
@@ -72,7 +74,7 @@ def check_citations(answer: str, sources: list[dict],
 
     def source_norm(n: int) -> str:
         if n not in norm_texts:
-            norm_texts[n] = normalize_for_match(sources[n - 1].get("text") or "")
+            norm_texts[n] = normalize_for_match(sources[n - 1].text or "")
         return norm_texts[n]
 
     valid_quotes: dict[int, list[str]] = {}
@@ -136,10 +138,10 @@ def check_citations(answer: str, sources: list[dict],
         qs = valid_quotes.get(n, [])
         citations.append({
             "n": n,
-            "doc_id": src.get("doc_id"),
-            "chunk_id": src.get("chunk_id"),
-            "source": src.get("source_uri"),
-            "title": src.get("title"),
+            "doc_id": src.doc_id,
+            "chunk_id": src.chunk_id,
+            "source": src.source_uri,
+            "title": src.title,
             "quote": qs[0] if qs else None,
             "quotes": qs,
         })

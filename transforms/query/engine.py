@@ -9,18 +9,20 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
 
 from transforms.index.artifacts import open_artifact, read_meta
 from transforms.ingest.embed import Embedder, ModelSpec
-from transforms.query.fuse import rrf_fuse
-from transforms.query.records import AnswerRecord, InputError, Question
+from transforms.ingest.sentvec import SentenceStore
+from transforms.query.chunkstore import ChunkTable
+from transforms.query.extract import SentenceAnswerer
+from transforms.query.fuse import bm25_scores_for, convex_fuse, rrf_fuse
+from transforms.query.records import AnswerRecord, Candidate, Question
 from transforms.query.rerank import VectorCache
-from transforms.query.retrieve import (BM25Index, DenseIndex, FilterMasks, choose_dense_mode, fetch_chunks,
-                                       search_hnsw)
+from transforms.query.retrieve import BM25Index, DenseIndex, FilterMasks, choose_dense_mode, search_hnsw
 
 
 class IndexMismatchError(RuntimeError):
@@ -41,7 +43,8 @@ def check_model(manifest: dict, spec: ModelSpec) -> None:
 
 class QAEngine:
     def __init__(self, version_dir: str, cfg, spec: ModelSpec, embedder: Optional[Embedder] = None):
-        from transforms.query.answer import ExtractiveAnswerer, GeneratorAnswerer
+        from transforms.query.answer import GeneratorAnswerer
+        from transforms.query.extract import SentenceParams
         from transforms.query.rerank import make_reranker
 
         with open(os.path.join(version_dir, "manifest.json"), encoding="utf-8") as f:
@@ -56,11 +59,15 @@ class QAEngine:
         self.dense_mode = choose_dense_mode(self.dense.n, cfg.retrieve.mode)
         if self.dense_mode == "hnsw" and not self.meta.get("hnsw", True):
             self.dense_mode = "exact"  # built without the index (index-time mode): exact is the same answer
-        self.bm25 = BM25Index(self.con)
+        self.bm25 = BM25Index(self.con, k1=cfg.retrieve.bm25_k1, b=cfg.retrieve.bm25_b)
         self.masks = FilterMasks(self.con)
-        ids = self.con.execute("SELECT doc_id, chunk_id FROM chunks ORDER BY chunk_no").fetchnumpy()
-        self.doc_ids = np.asarray(ids["doc_id"], dtype=object)  # chunk_no -> doc_id, for document rankings
-        self.chunk_ids = np.asarray(ids["chunk_id"], dtype=object)
+        # Loaded once: the rows answers show and quote (no DuckDB query per batch), and the
+        # index-time sentence vectors (None for an index built before them: the answerer then
+        # embeds those chunks' sentences at answer time).
+        self.chunks = ChunkTable.from_artifact(self.con)
+        self.sentences = SentenceStore.from_artifact(self.con)
+        self.doc_ids = self.chunks.doc_id  # chunk_no -> doc_id, for document rankings
+        self.chunk_ids = np.asarray(self.chunks.table.column("chunk_id").to_pylist(), dtype=object)
         self.embedder = embedder or Embedder(spec)
         # Sentence vectors shared across batches: questions hitting the same chunks reuse
         # them. ~1.5 KB a sentence, so 200k entries stay near 300 MB before a reset.
@@ -77,8 +84,13 @@ class QAEngine:
             self.reranker = make_reranker("none")
         a = cfg.answer
         if a.kind == "extractive":
-            self.answerer = ExtractiveAnswerer(self.embedder, max_sentences=a.max_sentences,
-                                               threshold=a.threshold, top_chunks=a.top_chunks)
+            self.answerer = SentenceAnswerer(self.embedder, self.sentences, SentenceParams(
+                max_sentences=a.max_sentences, top_chunks=a.top_chunks, threshold=a.threshold, gap=a.gap,
+                lexical_weight=a.lexical_weight, rank_weight=a.rank_weight, mmr_lambda=a.mmr_lambda,
+                dup_sim=a.dup_sim, type_weight=a.type_weight, same_source_bonus=a.same_source_bonus,
+                evidence_lexical_weight=a.evidence_lexical_weight))
+            if a.lexical_idf:
+                self.answerer.set_idf(self.chunks.table.column("text").to_pylist())
         else:
             self.answerer = GeneratorAnswerer(_chat_client(a), max_sources=a.top_chunks)
 
@@ -105,43 +117,59 @@ class QAEngine:
         else:
             d_scores, d_ids = search_hnsw(self.con, qvecs, dense_n, allowed)
         b_scores, b_ids = self.bm25.search(texts, bm25_n, allowed)
+        terms = self.bm25.query_terms(texts) if rc.fusion == "convex" else [None] * len(texts)
+        qn = qvecs / np.clip(np.linalg.norm(qvecs, axis=1, keepdims=True), 1e-12, None)
         out = []
         for j in range(len(texts)):
             dense = [(int(i), float(s)) for i, s in zip(d_ids[j], d_scores[j]) if i >= 0]
             bm25 = [(int(i), float(s)) for i, s in zip(b_ids[j], b_scores[j]) if i >= 0]
-            fused = rrf_fuse({"dense": [c for c, _ in dense], "bm25": [c for c, _ in bm25]},
-                             k=rc.rrf_k, weights={"dense": rc.dense_weight, "bm25": rc.bm25_weight})
+            fused = self.fuse(d_ids[j], d_scores[j], b_ids[j], b_scores[j], qvec=qn[j], terms=terms[j])
             out.append(Rankings(dense, bm25, [(int(c), float(s)) for c, s in fused]))
         return out
 
-    def candidates(self, rankings: list[Rankings]) -> list[list[dict]]:
-        """The fused head (retrieve.fused_top_n) of each question as chunk rows with scores."""
+    def fuse(self, d_ids, d_scores, b_ids, b_scores, top_n: Optional[int] = None,
+             qvec: Optional[np.ndarray] = None, terms: Optional[np.ndarray] = None) -> list[tuple[int, float]]:
+        """One question's fused ranking [(chunk_no, score)] from its dense and BM25 lists
+        (retrieve.fusion). Convex fusion takes each retriever's top dense_top_n / bm25_top_n
+        (so a deeper list, the eval's, fuses exactly what the answer job fuses) and scores a
+        chunk missing from one list exactly on that side (the cosine; the BM25 sum over the
+        question's term ids)."""
+        rc = self.cfg.retrieve
+        if rc.fusion == "convex":
+            nd, nb = rc.dense_top_n, rc.bm25_top_n
+            dfill = (lambda c: self.dense.matrix[c] @ qvec) if qvec is not None else None
+            bfill = (lambda c: bm25_scores_for(self.bm25, terms, c)) if terms is not None else None
+            return convex_fuse(d_ids[:nd], d_scores[:nd], b_ids[:nb], b_scores[:nb], alpha=rc.fusion_alpha,
+                               norm=rc.fusion_norm, top_n=top_n, dense_fill=dfill, bm25_fill=bfill)
+        return rrf_fuse({"dense": [int(i) for i in d_ids if i >= 0], "bm25": [int(i) for i in b_ids if i >= 0]},
+                        k=rc.rrf_k, weights={"dense": rc.dense_weight, "bm25": rc.bm25_weight}, top_n=top_n)
+
+    def candidates(self, rankings: list[Rankings]) -> list[list[Candidate]]:
+        """The fused head (retrieve.fused_top_n) of each question as Candidates with scores."""
         n = self.cfg.retrieve.fused_top_n
-        rows = fetch_chunks(self.con, sorted({c for r in rankings for c, _ in r.fused[:n]}))
-        by_no = {r["chunk_no"]: r for r in rows}
+        wanted = sorted({c for r in rankings for c, _ in r.fused[:n]})
+        by_no = {c.chunk_no: c for c in self.chunks.candidates(wanted)}
         out = []
         for r in rankings:
             dense_rank = {c: i for i, (c, _) in enumerate(r.dense, 1)}
             bm25_rank = {c: i for i, (c, _) in enumerate(r.bm25, 1)}
             cands = []
             for rank, (c, score) in enumerate(r.fused[:n], 1):
-                cand = dict(by_no[c])
-                cand.update(score=score, rank=rank, first_stage_score=score,
-                            dense_rank=dense_rank.get(c), bm25_rank=bm25_rank.get(c))
-                cands.append(cand)
+                cands.append(replace(by_no[c], score=score, rank=rank, first_stage_score=score,
+                                     dense_rank=dense_rank.get(c), bm25_rank=bm25_rank.get(c)))
             out.append(cands)
         return out
 
-    def retrieve(self, questions: list[Question]) -> list[list[dict]]:
+    def retrieve(self, questions: list[Question]) -> list[list[Candidate]]:
         """Fused first-stage candidates per question."""
         return self.candidates(self.search([q.question for q in questions], self.allowed(questions)))
 
-    def ranked_docs(self, head: list[dict], fused: list[tuple[int, float]], k: int = 10) -> list[dict]:
+    def ranked_docs(self, head: list[Candidate], fused: list[tuple[int, float]], k: int = 10) -> list[dict]:
         """The final document ranking: reranked head, then the rest of the fused list, each
         document at its first chunk. This is what an external scorer sees in the answer file."""
         seen: set = set()
         out: list[dict] = []
-        order = [(c["chunk_no"], c.get("rerank_score", c["score"])) for c in head]
+        order = [(c.chunk_no, c.final_score) for c in head]
         in_head = {c for c, _ in order}
         order += [(c, s) for c, s in fused if c not in in_head]
         for c, s in order:
@@ -170,7 +198,7 @@ class QAEngine:
         # Reranker and answerer share one sentence-vector cache: each sentence is embedded once.
         heads = self.reranker.rerank(texts, [c[:head_n] for c in cands], cache=self.sentence_vectors)
         t.append(time.perf_counter())
-        results = self.answerer.answer(texts, heads, cache=self.sentence_vectors)
+        results = self.answer(texts, heads, qvecs)
         t.append(time.perf_counter())
         ms = {name: round((t[i + 1] - t[i]) * 1000 / max(1, len(questions)), 3)
               for i, name in enumerate(("embed", "retrieve", "rerank", "answer"))}
@@ -183,8 +211,8 @@ class QAEngine:
                 unsupported_sentences_removed=getattr(res, "n_sentences_removed", 0),
                 unfound_quotes_removed=getattr(res, "n_quotes_removed", 0),
                 evidence_score=round(float(res.evidence_score), 4),
-                retrieved=[{"rank": i + 1, "doc_id": c["doc_id"], "chunk_id": c["chunk_id"],
-                            "source": c["source_uri"], "score": round(float(c.get("rerank_score", c["score"])), 6)}
+                retrieved=[{"rank": i + 1, "doc_id": c.doc_id, "chunk_id": c.chunk_id,
+                            "source": c.source_uri, "score": round(float(c.final_score), 6)}
                            for i, c in enumerate(ranked[:top_k])],
                 retrieved_docs=self.ranked_docs(head, r.fused),
                 index_version=self.version, line=q.line)
@@ -193,19 +221,26 @@ class QAEngine:
             out.append(rec)
         return out
 
+    def answer(self, texts: list[str], candidates: list[list[Candidate]], qvecs: np.ndarray):
+        """The configured answerer; the extractive one reuses the question vectors of retrieval
+        and the index-time sentence vectors, so a batch costs one model call."""
+        if isinstance(self.answerer, SentenceAnswerer):
+            return self.answerer.answer(texts, candidates, cache=self.sentence_vectors, qvecs=qvecs)
+        return self.answerer.answer(texts, candidates, cache=self.sentence_vectors)
+
     def answer_batch(self, questions: list[Question], top_k: int, trace: bool = False) -> list[AnswerRecord]:
         return self.run(questions, top_k, trace=trace)
 
-    def _trace(self, r: Rankings, head: list[dict], ms: dict) -> dict:
+    def _trace(self, r: Rankings, head: list[Candidate], ms: dict) -> dict:
         ids = self.chunk_ids
 
         def ranked(pairs, n=20):
             return [[ids[c], round(s, 6)] for c, s in pairs[:n]]
         n_ctx = self.cfg.answer.top_chunks
         return {"dense": ranked(r.dense), "bm25": ranked(r.bm25), "fused": ranked(r.fused),
-                "reranked": [[c["chunk_id"], round(float(c.get("rerank_score", c["score"])), 6)] for c in head],
-                "context": [{"chunk_id": c["chunk_id"], "doc_id": c["doc_id"], "context": c.get("context"),
-                             "text": c.get("text")} for c in head[:n_ctx]],
+                "reranked": [[c.chunk_id, round(float(c.final_score), 6)] for c in head],
+                "context": [{"chunk_id": c.chunk_id, "doc_id": c.doc_id, "context": c.context,
+                             "text": c.text} for c in head[:n_ctx]],
                 "ms_per_question": ms}
 
 
@@ -228,77 +263,3 @@ def _chat_client(a):
     if not a.model:
         raise ValueError("answer.model (a Bedrock model id) is required for answer.kind: bedrock")
     return BedrockClient(a.model, region=a.region, timeout=a.timeout_s, max_attempts=a.retries + 1)
-
-
-# --- Beam wrapper -------------------------------------------------------------------
-
-import apache_beam as beam  # noqa: E402
-from apache_beam.metrics import Metrics  # noqa: E402
-
-from transforms.common.counters import NAMESPACE as METRICS_NAMESPACE  # noqa: E402
-
-
-class AnswerShardFn(beam.DoFn):
-    """(shard, questions) -> the shard's output records, answered in batches.
-
-    The engine (DuckDB read-only, matrices, models) is built once per worker.
-    """
-
-    def __init__(self, version_dir: str, cfg, spec: ModelSpec, progress_every_s: float = 0.0,
-                 trace: bool = False):
-        self.version_dir, self.cfg, self.spec = version_dir, cfg, spec
-        self.trace = trace
-        self.progress_every_s = progress_every_s
-        self.answered = Metrics.counter(METRICS_NAMESPACE, "answered")
-        self.not_found = Metrics.counter(METRICS_NAMESPACE, "not_found")
-        self.unsupported = Metrics.counter(METRICS_NAMESPACE, "unsupported")
-        self.errors = Metrics.counter(METRICS_NAMESPACE, "answer_errors")
-        self.invalid = Metrics.counter(METRICS_NAMESPACE, "invalid_citations_removed")
-
-    def setup(self):
-        import time
-        self.engine = QAEngine(self.version_dir, self.cfg, self.spec)
-        self._t0 = self._last = time.monotonic()
-        self._done = 0
-
-    def teardown(self):
-        if getattr(self, "engine", None):
-            self.engine.close()
-
-    def process(self, element):
-        import time
-        shard, records = element
-        out: list[AnswerRecord] = []
-        good = [r for r in records if isinstance(r, Question)]
-        bs = self.cfg.output.batch_size
-        for i in range(0, len(good), bs):
-            batch = good[i:i + bs]
-            try:
-                answered = self.engine.answer_batch(batch, self.cfg.output.retrieved_top_k, trace=self.trace)
-            except Exception:  # a failing batch: each question again alone, so one bad one fails alone
-                answered = [self._answer_alone(q) for q in batch]
-            for rec in answered:
-                {"answered": self.answered, "not_found": self.not_found,
-                 "unsupported": self.unsupported}.get(rec.status, self.errors).inc()
-                self.invalid.inc(rec.invalid_citations or 0)
-            out.extend(answered)
-            self._done += len(batch)
-            now = time.monotonic()
-            if self.progress_every_s and now - self._last >= self.progress_every_s:
-                self._last = now
-                print(f"  answered {self._done} questions ({self._done / (now - self._t0):.1f}/s)", flush=True)
-        for r in records:
-            if isinstance(r, InputError):  # unreadable input lines go to the output with their reason
-                self.errors.inc()
-                out.append(AnswerRecord.from_input_error(r))
-            elif isinstance(r, AnswerRecord):  # already decided upstream (e.g. a repeated id)
-                self.errors.inc()
-                out.append(r)
-        yield shard, out
-
-    def _answer_alone(self, q: Question) -> AnswerRecord:
-        from transforms.common.redact import redact_text
-        try:
-            return self.engine.answer_batch([q], self.cfg.output.retrieved_top_k, trace=self.trace)[0]
-        except Exception as e:
-            return AnswerRecord.failed(q.id, q.question, redact_text(f"{type(e).__name__}: {e}"), q.line)

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from transforms.query.cite import _MARKER, _quote_in, normalize_for_match
+from transforms.query.records import Candidate
 
 UNSUPPORTED = "unsupported"
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -29,13 +30,13 @@ def _split_sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
 
 
-def ground_answer(answer: str, sources: list[dict]) -> Grounded:
+def ground_answer(answer: str, sources: list[Candidate]) -> Grounded:
     """`answer` must already have gone through check_citations (markers are valid numbers)."""
     norm = {}
 
     def source_norm(n: int) -> str:
         if n not in norm:
-            norm[n] = normalize_for_match(sources[n - 1].get("text") or "")
+            norm[n] = normalize_for_match(sources[n - 1].text or "")
         return norm[n]
 
     kept, cited, removed, bad_quotes = [], [], 0, 0

@@ -16,7 +16,7 @@ from typing import Optional
 
 from transforms.common import storage
 from transforms.common.s3 import is_s3
-from transforms.query.engine import AnswerShardFn
+from transforms.query.answer_stage import AnswerShardFn
 
 ENV_CACHE_DIR = "RAGBEAM_INDEX_CACHE_DIR"
 ARTIFACT = "index.duckdb"

@@ -10,13 +10,12 @@ quoted field may span lines, so it cannot be cut at line ends.
 from __future__ import annotations
 
 import io
-import json
 from typing import Iterator, Optional
 
 from transforms.common import storage
 from transforms.common.s3 import is_s3, split_s3_uri
-from transforms.query.records import InputError, QuestionOrError
-from transforms.query.questions import _safe, detect_format, read_questions
+from transforms.query.records import QuestionOrError
+from transforms.query.questions import _safe, detect_format, read_jsonl_rows, read_questions
 
 PIECE_BYTES = 8 * 1024 * 1024
 
@@ -122,17 +121,7 @@ def read_piece(piece: dict, s3=None) -> Iterator[QuestionOrError]:
                 line += 1
         return
     text = _read_range(uri, piece["start"], piece["end"], s3).decode("utf-8", errors="replace")
-    for line, row in enumerate(io.StringIO(text, newline=""), start=piece["first_line"]):
-        if not row.strip():
-            continue
-        try:
-            rec = json.loads(row)
-            if not isinstance(rec, dict):
-                raise ValueError("not a JSON object")
-        except ValueError as e:
-            yield InputError(f"line {line}: unreadable JSON ({e})", line)
-            continue
-        yield _safe(rec, line)
+    yield from read_jsonl_rows(io.StringIO(text, newline=""), first_line=piece["first_line"])
 
 
 def shards_for(n_questions: int, questions_per_shard: int, fixed: Optional[int] = None) -> int:

@@ -74,17 +74,22 @@ def read_questions(uri: str, fmt: Optional[str] = None, s3=None) -> Iterator[Que
         if fmt == "csv":
             yield from read_csv_questions(text)
             return
-        for line, row in enumerate(text, start=1):
-            if not row.strip():
-                continue
-            try:
-                rec = json.loads(row)
-                if not isinstance(rec, dict):
-                    raise ValueError("not a JSON object")
-            except ValueError as e:
-                yield InputError(f"line {line}: unreadable JSON ({e})", line, None, None)
-                continue
-            yield _safe(rec, line)
+        yield from read_jsonl_rows(text, first_line=1)
+
+
+def read_jsonl_rows(rows, first_line: int = 1) -> Iterator[QuestionOrError]:
+    """JSONL rows (numbered from first_line) -> one Question or InputError per non-blank row."""
+    for line, row in enumerate(rows, start=first_line):
+        if not row.strip():
+            continue
+        try:
+            rec = json.loads(row)
+            if not isinstance(rec, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as e:
+            yield InputError(f"line {line}: unreadable JSON ({e})", line, None, None)
+            continue
+        yield _safe(rec, line)
 
 
 def _safe(rec: dict, line: int) -> QuestionOrError:

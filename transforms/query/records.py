@@ -1,8 +1,11 @@
-"""The query side's records: what a question file yields and what the answer job writes.
+"""The query side's records: what a question file yields, what flows between the engine's
+stages, and what the answer job writes.
 
-A question file yields `Question | InputError` (one per line, nothing dropped); the
-engine turns each Question into an `AnswerRecord`; `AnswerRecord.to_row()` is the one
-conversion to an output line (JSONL or Parquet).
+A question file yields `Question | InputError` (one per line, nothing dropped); retrieval
+turns chunk rows into `Candidate`s (`Candidate.from_row`, called by ChunkTable only), which
+the rerankers and answerers take and return; the engine turns each Question into an
+`AnswerRecord`; `AnswerRecord.to_row()` is the one conversion to an output line (JSONL or
+Parquet).
 """
 from __future__ import annotations
 
@@ -30,6 +33,45 @@ class InputError:
 
 
 QuestionOrError = Union[Question, InputError]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate:
+    """One retrieved chunk on its way through rerank and answer: the chunk row's display
+    columns and the scores the stages give it. Never changed in place: a stage that rescores
+    or reorders returns new candidates (`dataclasses.replace`)."""
+    # the chunk row (transforms.query.chunkstore.COLUMNS)
+    chunk_no: Optional[int] = None
+    chunk_id: Optional[str] = None
+    doc_id: Optional[str] = None
+    text: Optional[str] = None
+    context: Optional[str] = None
+    title: Optional[str] = None
+    heading_path: Optional[Any] = None
+    page: Optional[int] = None
+    source_uri: Optional[str] = None
+    acl: Optional[Any] = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    # scores: score/rank are the current ones (first stage, then the reranker's fused order)
+    score: Optional[float] = None
+    rank: Optional[int] = None
+    first_stage_score: Optional[float] = None
+    first_stage_rank: Optional[int] = None
+    dense_rank: Optional[int] = None  # None: not in the dense list
+    bm25_rank: Optional[int] = None  # None: not in the BM25 list
+    rerank_score: Optional[float] = None  # set by every reranker (NoReranker: the first-stage score)
+    # the chunk's stored vector, when retrieval returned it (the embedding reranker's chunk_weight)
+    embedding: Optional[Any] = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_row(cls, row: dict) -> "Candidate":
+        """The one conversion from a chunk row (its metadata already decoded)."""
+        return cls(**row)
+
+    @property
+    def final_score(self) -> Optional[float]:
+        """The reranker's score when there is one, else the first-stage score."""
+        return self.rerank_score if self.rerank_score is not None else self.score
 
 
 @dataclass

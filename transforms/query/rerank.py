@@ -1,12 +1,13 @@
 """Second-stage reranking of retrieved candidates: one interface, two implementations.
 
-A candidate is a dict (chunk_id, doc_id, text, context, title, source_uri, score,
-rank). rerank() returns each list re-ordered as new dicts carrying rerank_score,
-the updated score/rank, and the first-stage values as first_stage_score/_rank.
+A candidate is a `records.Candidate` (the chunk row with score and rank). rerank()
+returns each list re-ordered as new Candidates (`dataclasses.replace`) carrying
+rerank_score, the updated score/rank, and the first-stage values as first_stage_score/_rank.
 """
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Protocol
 
@@ -15,6 +16,7 @@ import numpy as np
 from transforms.common.text import embedding_text
 from transforms.query.fuse import rrf_fuse
 from transforms.common.sentences import split_sentences
+from transforms.query.records import Candidate
 
 MAX_SENTENCES_PER_CHUNK = 64  # bounds the encode cost of a pathological chunk
 
@@ -22,8 +24,8 @@ MAX_SENTENCES_PER_CHUNK = 64  # bounds the encode cost of a pathological chunk
 class Reranker(Protocol):
     name: str
 
-    def rerank(self, questions: list[str], candidates: list[list[dict]],
-               cache: Optional["VectorCache"] = None) -> list[list[dict]]:
+    def rerank(self, questions: list[str], candidates: list[list[Candidate]],
+               cache: Optional["VectorCache"] = None) -> list[list[Candidate]]:
         ...
 
 
@@ -68,37 +70,34 @@ class VectorCache:
         return np.stack([self._vec[t] for t in texts])
 
 
-def candidate_sentences(cand: dict, limit: int = MAX_SENTENCES_PER_CHUNK) -> list[str]:
+def candidate_sentences(cand: Candidate, limit: int = MAX_SENTENCES_PER_CHUNK) -> list[str]:
     """The sentences of a chunk's text worth scoring (those with a word in them)."""
-    sents = [s for s in split_sentences(cand.get("text") or "") if any(c.isalnum() for c in s)]
+    sents = [s for s in split_sentences(cand.text or "") if any(c.isalnum() for c in s)]
     return sents[:limit]
 
 
-def chunk_embed_text(cand: dict) -> str:
-    return embedding_text(cand.get("context") or "", cand.get("text") or "")
+def chunk_embed_text(cand: Candidate) -> str:
+    return embedding_text(cand.context or "", cand.text or "")
 
 
-def _first_stage_rank(cand: dict, position: int) -> int:
-    r = cand.get("rank")
+def _first_stage_rank(cand: Candidate, position: int) -> int:
+    r = cand.rank
     return int(r) if r is not None else position + 1
 
 
-def _reorder(cands: list[dict], fused: list[tuple[int, float]], rerank_scores: list[float]) -> list[dict]:
+def _reorder(cands: list[Candidate], fused: list[tuple[int, float]],
+             rerank_scores: list[float]) -> list[Candidate]:
     out = []
     for new_rank, (idx, score) in enumerate(fused, start=1):
-        c = dict(cands[idx])
-        c["first_stage_score"] = cands[idx].get("score")
-        c["first_stage_rank"] = _first_stage_rank(cands[idx], idx)
-        c["rerank_score"] = float(rerank_scores[idx])
-        c["score"] = float(score)
-        c["rank"] = new_rank
-        out.append(c)
+        c = cands[idx]
+        out.append(replace(c, first_stage_score=c.score, first_stage_rank=_first_stage_rank(c, idx),
+                           rerank_score=float(rerank_scores[idx]), score=float(score), rank=new_rank))
     return out
 
 
-def fuse_with_first_stage(cands: list[dict], rerank_scores: list[float], fusion: str,
+def fuse_with_first_stage(cands: list[Candidate], rerank_scores: list[float], fusion: str,
                           first_stage_weight: float, rerank_weight: float,
-                          rrf_k: int) -> list[dict]:
+                          rrf_k: int) -> list[Candidate]:
     """Order candidates by the reranker, folded with the first-stage order."""
     n = len(cands)
     if n == 0:
@@ -110,7 +109,7 @@ def fuse_with_first_stage(cands: list[dict], rerank_scores: list[float], fusion:
                          weights={"first_stage": first_stage_weight, "rerank": rerank_weight})
     elif fusion == "blend":
         # Min-max the first-stage scores per list: fused RRF and cosine are not on one scale.
-        fs = np.array([float(c.get("score") or 0.0) for c in cands])
+        fs = np.array([float(c.score or 0.0) for c in cands])
         span = fs.max() - fs.min()
         fs = (fs - fs.min()) / span if span > 0 else np.zeros(n)
         s = first_stage_weight * fs + rerank_weight * np.asarray(rerank_scores, dtype=float)
@@ -147,7 +146,7 @@ class SentenceEmbeddingReranker:
         self.top_sentences = top_sentences  # 1 = max, 2 = mean of the top two, ...
         self.chunk_weight = chunk_weight
 
-    def scores(self, questions: list[str], candidates: list[list[dict]],
+    def scores(self, questions: list[str], candidates: list[list[Candidate]],
                cache: Optional[VectorCache] = None) -> list[list[float]]:
         """Sentence-level relevance of every candidate; one encode call for the batch."""
         cache = cache if cache is not None else VectorCache()
@@ -158,7 +157,7 @@ class SentenceEmbeddingReranker:
                 texts.extend(s)
         if self.chunk_weight:  # the index's stored vector when retrieval returned it
             texts.extend(chunk_embed_text(c) for cands in candidates for c in cands
-                         if c.get("embedding") is None)
+                         if c.embedding is None)
         cache.ensure(self.embedder, texts)
 
         out = []
@@ -172,7 +171,7 @@ class SentenceEmbeddingReranker:
                 else:
                     s = 0.0
                 if self.chunk_weight:
-                    cv = c.get("embedding")
+                    cv = c.embedding
                     cv = (np.asarray(cv, dtype=np.float32) if cv is not None
                           else cache.matrix([chunk_embed_text(c)])[0])
                     ccos = float(cv @ qv)
@@ -181,8 +180,8 @@ class SentenceEmbeddingReranker:
             out.append(row)
         return out
 
-    def rerank(self, questions: list[str], candidates: list[list[dict]],
-               cache: Optional[VectorCache] = None) -> list[list[dict]]:
+    def rerank(self, questions: list[str], candidates: list[list[Candidate]],
+               cache: Optional[VectorCache] = None) -> list[list[Candidate]]:
         _check_batch(questions, candidates)
         all_scores = self.scores(questions, candidates, cache)
         return [fuse_with_first_stage(c, s, self.fusion, self.first_stage_weight,
@@ -236,8 +235,8 @@ class OnnxCrossEncoderReranker:
         self.rerank_weight = rerank_weight
         self.rrf_k = rrf_k
 
-    def passage(self, cand: dict) -> str:
-        return chunk_embed_text(cand) if self.include_context else (cand.get("text") or "")
+    def passage(self, cand: Candidate) -> str:
+        return chunk_embed_text(cand) if self.include_context else (cand.text or "")
 
     def feeds(self, pairs: list[tuple[str, str]]) -> dict[str, np.ndarray]:
         """The model inputs for a batch of (question, passage) pairs, padded to the longest."""
@@ -269,8 +268,8 @@ class OnnxCrossEncoderReranker:
             out[idx] = relevance_logit(np.asarray(logits), len(idx))
         return out
 
-    def rerank(self, questions: list[str], candidates: list[list[dict]],
-               cache: Optional[VectorCache] = None) -> list[list[dict]]:
+    def rerank(self, questions: list[str], candidates: list[list[Candidate]],
+               cache: Optional[VectorCache] = None) -> list[list[Candidate]]:
         _check_batch(questions, candidates)
         pairs = [(q, self.passage(c)) for q, cands in zip(questions, candidates) for c in cands]
         flat = self.score_pairs(pairs)
@@ -306,12 +305,12 @@ class NoReranker:
     """Keeps the first-stage order; still adds rerank_score so outputs look alike."""
     name = "none"
 
-    def rerank(self, questions: list[str], candidates: list[list[dict]],
-               cache: Optional[VectorCache] = None) -> list[list[dict]]:
+    def rerank(self, questions: list[str], candidates: list[list[Candidate]],
+               cache: Optional[VectorCache] = None) -> list[list[Candidate]]:
         _check_batch(questions, candidates)
         out = []
         for cands in candidates:
-            fs = [float(c.get("score") or 0.0) for c in cands]
+            fs = [float(c.score or 0.0) for c in cands]
             order = sorted(range(len(cands)), key=lambda i: (_first_stage_rank(cands[i], i), i))
             out.append(_reorder(cands, [(i, fs[i]) for i in order], fs))
         return out

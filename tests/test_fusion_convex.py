@@ -1,0 +1,73 @@
+"""Score-aware (convex) fusion and the exact BM25 fill it uses."""
+from __future__ import annotations
+
+import numpy as np
+
+from transforms.query.fuse import bm25_scores_for, convex_fuse, normalise
+
+
+def test_normalise_kinds():
+    ref = np.array([3.0, 2.0, 1.0])
+    np.testing.assert_allclose(normalise(np.array([3.0, 1.0, 0.0]), ref, "minmax"), [1.0, 0.0, -0.5])
+    np.testing.assert_allclose(normalise(ref, ref, "max"), [1.0, 2 / 3, 1 / 3])
+    z = normalise(ref, ref, "zscore")
+    assert abs(z.mean()) < 1e-12 and abs(z.std() - 1) < 1e-12
+    np.testing.assert_allclose(normalise(np.array([5.0]), np.array([2.0, 2.0]), "minmax"), [1.0])
+
+
+def test_convex_uses_scores_not_ranks():
+    # BM25 is sure about chunk 7 (far ahead); dense mildly prefers 1 over 7.
+    dense_ids, dense_s = [1, 7, 2], [0.80, 0.79, 0.50]
+    bm_ids, bm_s = [7, 1, 3], [20.0, 5.0, 4.0]
+    fused = convex_fuse(dense_ids, dense_s, bm_ids, bm_s, alpha=0.5)
+    assert [c for c, _ in fused][:2] == [7, 1]
+    # alpha 1: dense only (missing scores floor to the list's minimum)
+    assert [c for c, _ in convex_fuse(dense_ids, dense_s, bm_ids, bm_s, alpha=1.0)][:3] == [1, 7, 2]
+    # -1 padding and -inf are ignored; top_n cuts
+    f = convex_fuse([1, -1], [0.9, -np.inf], [2, -1], [3.0, -np.inf], top_n=1)
+    assert len(f) == 1
+
+
+def test_convex_fill_scores_missing_side_exactly():
+    calls = []
+
+    def dfill(c):
+        calls.append(list(c))
+        return np.full(len(c), 0.79)
+
+    fused = convex_fuse([1, 2], [0.8, 0.5], [3, 1], [10.0, 2.0], alpha=0.5, dense_fill=dfill)
+    assert calls == [[3]]  # only chunk 3 lacked a dense score
+    assert fused[0][0] == 3  # nearly the best cosine and the best BM25
+
+
+def test_ties_break_by_chunk_no():
+    f = convex_fuse([5, 4], [0.5, 0.5], [], [], alpha=1.0)
+    assert [c for c, _ in f] == [4, 5]
+
+
+def test_bm25_fill_matches_index_scores(tmp_path):
+    from transforms.index.artifacts import build_artifact, open_artifact
+    from transforms.query.retrieve import BM25Index
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from transforms.records import chunk_schema
+    CHUNK_SCHEMA = chunk_schema(384)
+
+    texts = ["the cat sat on the mat", "dogs chase cats", "a mat for a dog", "quantum physics of cats and dogs"]
+    rows = [{"chunk_id": f"c{i}", "doc_id": f"d{i}", "content_hash": "h", "ordinal": 0, "source_uri": "u",
+             "source_uris": ["u"], "title": "t", "heading_path": [], "page": None, "text": t, "context": "",
+             "n_tokens": 5, "embedding": np.eye(384, dtype=np.float32)[i], "model_id": "m", "model_sha256": "s",
+             "chunker_version": "1", "acl": [], "metadata": "{}", "indexed_at": None,
+             "sentence_starts": None, "sentence_ends": None, "sentence_vectors": None}
+            for i, t in enumerate(texts)]
+    pq.write_table(pa.Table.from_pylist(rows, schema=CHUNK_SCHEMA), tmp_path / "c.parquet")
+    build_artifact([str(tmp_path / "c.parquet")], str(tmp_path / "a.duckdb"), with_hnsw=False)
+    con = open_artifact(str(tmp_path / "a.duckdb"))
+    bm = BM25Index(con)
+    q = ["cat dog mat"]
+    q_of, docs, s = bm.scores(q)
+    got = bm25_scores_for(bm, bm.query_terms(q)[0], np.arange(4))
+    want = np.zeros(4)
+    want[docs] = s
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    con.close()

@@ -1,0 +1,82 @@
+"""The answer stage in Beam: a shard of questions -> its answer records, in batches.
+
+The engine (DuckDB read-only, matrices, models) is built once per worker in setup();
+a failing batch is answered again question by question, so one bad question fails alone.
+
+Example:
+    answered = shards | "AnswerShard" >> beam.ParDo(AnswerShardFn(version_dir, cfg, spec))
+"""
+from __future__ import annotations
+
+import apache_beam as beam
+
+from transforms.common.counters import counter
+from transforms.ingest.embed import ModelSpec
+from transforms.query.engine import QAEngine
+from transforms.query.records import AnswerRecord, InputError, Question
+
+
+class AnswerShardFn(beam.DoFn):
+    """(shard, questions) -> the shard's output records, answered in batches.
+
+    The engine (DuckDB read-only, matrices, models) is built once per worker.
+    """
+
+    def __init__(self, version_dir: str, cfg, spec: ModelSpec, progress_every_s: float = 0.0,
+                 trace: bool = False):
+        self.version_dir, self.cfg, self.spec = version_dir, cfg, spec
+        self.trace = trace
+        self.progress_every_s = progress_every_s
+        self.answered = counter("answered")
+        self.not_found = counter("not_found")
+        self.unsupported = counter("unsupported")
+        self.errors = counter("answer_errors")
+        self.invalid = counter("invalid_citations_removed")
+
+    def setup(self):
+        import time
+        self.engine = QAEngine(self.version_dir, self.cfg, self.spec)
+        self._t0 = self._last = time.monotonic()
+        self._done = 0
+
+    def teardown(self):
+        if getattr(self, "engine", None):
+            self.engine.close()
+
+    def process(self, element):
+        import time
+        shard, records = element
+        out: list[AnswerRecord] = []
+        good = [r for r in records if isinstance(r, Question)]
+        bs = self.cfg.output.batch_size
+        for i in range(0, len(good), bs):
+            batch = good[i:i + bs]
+            try:
+                answered = self.engine.answer_batch(batch, self.cfg.output.retrieved_top_k, trace=self.trace)
+            except Exception:  # a failing batch: each question again alone, so one bad one fails alone
+                answered = [self._answer_alone(q) for q in batch]
+            for rec in answered:
+                {"answered": self.answered, "not_found": self.not_found,
+                 "unsupported": self.unsupported}.get(rec.status, self.errors).inc()
+                self.invalid.inc(rec.invalid_citations or 0)
+            out.extend(answered)
+            self._done += len(batch)
+            now = time.monotonic()
+            if self.progress_every_s and now - self._last >= self.progress_every_s:
+                self._last = now
+                print(f"  answered {self._done} questions ({self._done / (now - self._t0):.1f}/s)", flush=True)
+        for r in records:
+            if isinstance(r, InputError):  # unreadable input lines go to the output with their reason
+                self.errors.inc()
+                out.append(AnswerRecord.from_input_error(r))
+            elif isinstance(r, AnswerRecord):  # already decided upstream (e.g. a repeated id)
+                self.errors.inc()
+                out.append(r)
+        yield shard, out
+
+    def _answer_alone(self, q: Question) -> AnswerRecord:
+        from transforms.common.redact import redact_text
+        try:
+            return self.engine.answer_batch([q], self.cfg.output.retrieved_top_k, trace=self.trace)[0]
+        except Exception as e:
+            return AnswerRecord.failed(q.id, q.question, redact_text(f"{type(e).__name__}: {e}"), q.line)

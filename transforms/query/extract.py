@@ -1,0 +1,263 @@
+"""Extractive answers from sentence vectors stored at index time (no model call per sentence).
+
+`SentenceAnswerer` is the successor of answer.ExtractiveAnswerer: same output (source
+sentences, strongest first, each followed by its [n], every citation checked in code),
+different costs and selection:
+
+- the sentences' vectors come from the index (sentvec.SentenceStore, by chunk_no) and the
+  question's vector from retrieval, so answering embeds nothing; a chunk from an index
+  built without sentence vectors has its sentences embedded as before (VectorCache);
+- score(sentence) = cos(question, sentence)
+                  + lexical_weight * share of the question's content words in the sentence
+                    (idf-weighted when set_idf() was called: names and terms count more)
+                  + type_weight when the sentence holds the kind of span the question asks
+                    for (when/what year -> a year or date, how many -> a number, who -> a name
+                    not in the question)
+                  + rank_weight / chunk rank;
+- evidence = max(cos + evidence_lexical_weight * lexical), kept apart from the selection
+  score; below `threshold` the answer is "not found";
+- then sentences are picked greedily by MMR (relevance minus redundancy with what is
+  already picked), near-duplicates (cosine >= dup_sim to a picked one) dropped, and only
+  while a sentence scores within `gap` of the best (sentences of the best sentence's chunk
+  get same_source_bonus): a clear winner stands alone, and the answer cites only the
+  sources its sentences come from.
+
+SentenceParams' defaults are neutral (today's selection); the tuned values live in the
+config (configs/schema.py AnswerConfig), measured with bench/answer_variants.py.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from transforms.query.answer import EXTRACTIVE_NOT_FOUND, AnswerResult
+from transforms.query.cite import check_citations, normalize_for_match, strip_markers
+from transforms.query.records import Candidate
+from transforms.query.rerank import VectorCache, candidate_sentences
+from transforms.ingest.sentvec import SentenceStore
+
+_WORD = re.compile(r"[a-z0-9_]+")
+_STOP = frozenset("""a an and are as at be by can do does did for from has have had how i if in is it its
+of on or that the this to was were what when where which who whom whose why will with you your""".split())
+
+
+def content_words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}
+
+
+_YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})s?\b")
+_MONTH = re.compile(r"\b(january|february|march|april|may|june|july|august|september|october|november|december)\b", re.I)
+_NUMBER = re.compile(r"\b\d[\d,.]*\b|\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
+                     r"hundred|thousand|million|billion|dozen)\b", re.I)
+_PERCENT = re.compile(r"\d\s*(%|percent\b)", re.I)
+_CAPWORD = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+")
+
+
+def answer_type(question: str) -> str | None:
+    """What kind of span the question asks for, from its wh-word: year | number | percent | name."""
+    q = question.lower().strip()
+    if re.match(r"(in |on )?(what|which) (year|century|decade|date|month|day)\b|when\b", q):
+        return "year"
+    if re.match(r"(what|which) percent|what percentage", q):
+        return "percent"
+    if re.match(r"how (many|much|long|old|far|large|big|high|tall)\b|what (is|was) the (number|population|size)", q):
+        return "number"
+    if re.match(r"(who|whom|whose)\b|(what|which) (person|company|team|city|country|organization|state|group|band|university|school|man|woman|player)\b", q):
+        return "name"
+    return None
+
+
+def type_match(kind: str | None, sentence: str, question_words: set[str]) -> float:
+    """1.0 when the sentence holds a span of the asked kind (a new name, not one in the question)."""
+    if kind == "year":
+        return float(bool(_YEAR.search(sentence) or _MONTH.search(sentence)))
+    if kind == "percent":
+        return float(bool(_PERCENT.search(sentence)))
+    if kind == "number":
+        return float(bool(_NUMBER.search(sentence)))
+    if kind == "name":
+        return float(any(m.group(0).lower() not in question_words for m in _CAPWORD.finditer(sentence)))
+    return 0.0
+
+
+@dataclass
+class SentenceParams:
+    max_sentences: int = 3
+    top_chunks: int = 5
+    threshold: float = 0.55
+    gap: float = 0.12  # keep sentences scoring within this of the best
+    lexical_weight: float = 0.15
+    rank_weight: float = 0.0  # bonus rank_weight / chunk rank (1 for the top chunk)
+    mmr_lambda: float = 1.0  # 1: pure relevance order; < 1 penalises redundancy with picked sentences
+    dup_sim: float = 0.95  # a sentence this close to a picked one is a near-duplicate: dropped
+    type_weight: float = 0.0  # bonus when the sentence holds the kind of span the question asks for
+    same_source_bonus: float = 0.0  # after the first pick, favour sentences of already-cited chunks
+    # The evidence score (compared with `threshold`) is max(cosine + evidence_lexical_weight * lexical):
+    # kept apart from the selection score so that selection can lean on words without making
+    # unanswerable questions (whose distractors share the question's words) look answerable.
+    evidence_lexical_weight: Optional[float] = 0.15  # None: the selection score itself
+
+
+class SentenceAnswerer:
+    def __init__(self, embedder, store: Optional[SentenceStore] = None,
+                 params: Optional[SentenceParams] = None, **overrides):
+        self.embedder = embedder
+        self.store = store
+        p = params or SentenceParams()
+        for k, v in overrides.items():
+            if not hasattr(p, k):
+                raise TypeError(f"unknown SentenceAnswerer parameter {k!r}")
+            setattr(p, k, v)
+        self.p = p
+        self.idf: Optional[dict[str, float]] = None
+        self.idf_max = 0.0
+        self.fallback_sentences = 0  # sentences embedded at answer time (chunks without stored vectors)
+
+    # the Answerer protocol
+    def answer(self, questions: list[str], candidates: list[list[Candidate]],
+               cache: Optional[VectorCache] = None, qvecs: Optional[np.ndarray] = None) -> list[AnswerResult]:
+        if len(questions) != len(candidates):
+            raise ValueError(f"{len(questions)} questions but {len(candidates)} candidate lists")
+        p = self.p
+        tops = [list(c[:p.top_chunks]) for c in candidates]
+        need = [] if qvecs is not None else list(questions)
+        for cands in tops:  # sentences of chunks the index has no vectors for
+            for c in cands:
+                if not self._stored(c):
+                    need.extend(candidate_sentences(c))
+        if need:
+            cache = cache if cache is not None else VectorCache()
+            before = len(cache)
+            cache.ensure(self.embedder, need)
+            self.fallback_sentences += max(0, len(cache) - before)
+        if qvecs is None:
+            qvecs = cache.matrix(list(questions))
+        out = []
+        for q, qv, cands in zip(questions, qvecs, tops):
+            try:
+                out.append(self._answer_one(q, np.asarray(qv, np.float32), cands, cache))
+            except Exception as e:  # one bad record must not sink the batch
+                out.append(AnswerResult("", "error", error=f"{type(e).__name__}: {e}"))
+        return out
+
+    def set_idf(self, texts) -> None:
+        """Weigh the lexical term by inverse document frequency over `texts` (the chunks)."""
+        df: dict[str, int] = {}
+        n = 0
+        for t in texts:
+            n += 1
+            for w in content_words(t or ""):
+                df[w] = df.get(w, 0) + 1
+        self.idf = {w: float(np.log((n + 1) / (c + 0.5))) for w, c in df.items()}
+        self.idf_max = float(np.log((n + 1) / 0.5))
+
+    def _stored(self, c: Candidate) -> bool:
+        no = c.chunk_no
+        return self.store is not None and no is not None and bool(self.store.has_vectors[int(no)])
+
+    def sentences(self, qv: np.ndarray, cands: list[Candidate], cache) -> tuple[list[tuple[int, str]], np.ndarray, np.ndarray]:
+        """(candidate index, sentence) pairs, their cosines with qv, and their unit vectors."""
+        flat: list[tuple[int, str]] = []
+        vecs = []
+        for ci, c in enumerate(cands):
+            text = c.text or ""
+            if self._stored(c):
+                r = self.store.rows(int(c.chunk_no))
+                if r.stop > r.start:
+                    flat.extend((ci, text[s:e]) for s, e in zip(self.store.start[r], self.store.end[r]))
+                    vecs.append(self.store.vec[r].astype(np.float32) * self.store.inv_norm[r][:, None])
+            else:
+                ss = candidate_sentences(c)
+                if ss:
+                    flat.extend((ci, s) for s in ss)
+                    vecs.append(cache.matrix(ss))
+        if not flat:
+            return flat, np.zeros(0, np.float32), np.zeros((0, len(qv)), np.float32)
+        mat = np.concatenate(vecs)
+        return flat, mat @ qv, mat
+
+    def score(self, question: str, qv: np.ndarray, cands: list[Candidate], cache=None):
+        """(pairs, scores, vectors): every candidate sentence's score for this question."""
+        p = self.p
+        flat, cos, mat = self.sentences(qv, cands, cache)
+        if not flat:
+            return flat, cos, mat
+        score = cos.astype(np.float64)
+        self._evidence = None
+        qwords = content_words(question)
+        if qwords and (p.lexical_weight or p.evidence_lexical_weight):
+            words = [qwords & content_words(s) for _, s in flat]
+            plain = np.array([len(w) for w in words], np.float64) / len(qwords)
+            if self.idf is None:
+                lex = plain
+            else:  # rare words (names, numbers, terms) count more than common ones
+                w = {t: self.idf.get(t, self.idf_max) for t in qwords}
+                total = sum(w.values())
+                lex = np.array([sum(w[t] for t in ws) for ws in words], np.float64) / total
+            if p.evidence_lexical_weight is not None:
+                self._evidence = float((cos + p.evidence_lexical_weight * lex).max())
+            score = score + p.lexical_weight * lex
+        elif p.evidence_lexical_weight is not None and len(cos):
+            self._evidence = float(cos.max())
+        if p.type_weight:
+            kind = answer_type(question)
+            if kind:
+                qw = content_words(question)
+                score = score + p.type_weight * np.array([type_match(kind, s, qw) for _, s in flat])
+        if p.rank_weight:
+            ranks = np.array([int(cands[ci].rank or ci + 1) for ci, _ in flat], np.float64)
+            score = score + p.rank_weight / ranks
+        return flat, score, mat
+
+    def select(self, flat, score: np.ndarray, mat: np.ndarray) -> list[int]:
+        """Indices of the picked sentences, strongest first (MMR, near-duplicates dropped)."""
+        p = self.p
+        best = float(score.max())
+        if p.same_source_bonus:  # a second sentence from the cited chunk costs no extra citation
+            top_chunk = flat[int(np.argmax(score))][0]
+            score = score + p.same_source_bonus * np.array([ci == top_chunk for ci, _ in flat], np.float64)
+            best = float(score.max())
+        floor = best - p.gap
+        eligible = [i for i in np.argsort(-score, kind="stable") if score[i] >= floor]
+        picked: list[int] = []
+        seen: set[str] = set()
+        while eligible and len(picked) < p.max_sentences:
+            if picked:
+                sim = mat[eligible] @ mat[picked].T
+                red = sim.max(axis=1)
+                mmr = p.mmr_lambda * score[eligible] - (1 - p.mmr_lambda) * red
+                j = int(np.argmax(mmr))
+            else:
+                red, j = None, 0
+            i = eligible.pop(j)
+            if red is not None and red[j] >= p.dup_sim:
+                continue
+            key = normalize_for_match(flat[i][1])
+            if key in seen:
+                continue
+            seen.add(key)
+            picked.append(i)
+        return picked
+
+    def _answer_one(self, question: str, qv: np.ndarray, cands: list[Candidate], cache) -> AnswerResult:
+        flat, score, mat = self.score(question, qv, cands, cache)
+        if not flat:
+            return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found")
+        evidence = self._evidence if self._evidence is not None else float(score.max())
+        if evidence < self.p.threshold:
+            return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found", evidence_score=evidence)
+        picked = self.select(flat, score, mat)
+        number: dict[int, int] = {}  # candidate index -> source number, in order of use
+        parts, quotes = [], {}
+        for i in picked:
+            ci, s = flat[i]
+            n = number.setdefault(ci, len(number) + 1)
+            parts.append(f"{strip_markers(s)} [{n}]")
+            quotes.setdefault(n, []).append(s)
+        sources = [cands[ci] for ci in sorted(number, key=number.get)]
+        check = check_citations(" ".join(parts), sources, quotes)
+        return AnswerResult(check.answer, "answered", check.citations, check.n_invalid,
+                            evidence_score=evidence)
