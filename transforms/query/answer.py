@@ -21,7 +21,7 @@ from typing import Optional, Protocol
 import numpy as np
 
 from transforms.common.text import STOPWORDS
-from transforms.query.cite import check_citations, normalize_for_match, strip_markers
+from transforms.query.cite import check_citations, cite_sentences, normalize_for_match
 from transforms.query.records import Candidate
 from transforms.query.rerank import VectorCache, candidate_sentences
 
@@ -116,16 +116,7 @@ class ExtractiveAnswerer:
                 seen.add(key)
                 picked.append(flat[i])
 
-        number: dict[int, int] = {}  # candidate index -> source number, in order of use
-        parts, quotes = [], {}
-        for ci, s in picked:
-            n = number.setdefault(ci, len(number) + 1)
-            # Footnote markers inside the source sentence would read as our citations.
-            shown = strip_markers(s)
-            parts.append(f"{shown} [{n}]")
-            quotes.setdefault(n, []).append(s)
-        sources = [cands[ci] for ci in sorted(number, key=number.get)]
-        check = check_citations(" ".join(parts), sources, quotes)
+        check = cite_sentences(picked, cands)
         return AnswerResult(check.answer, "answered", check.citations, check.n_invalid,
                             evidence_score=best)
 

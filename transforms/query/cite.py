@@ -147,3 +147,17 @@ def check_citations(answer: str, sources: list[Candidate],
         })
     return CitationCheck(answer=cleaned, citations=citations, invalid=invalid,
                          n_invalid=len(invalid))
+
+
+def cite_sentences(picked, cands) -> "CitationCheck":
+    """Quoted sentences [(candidate index, sentence)] -> the answer text, each sentence followed
+    by the [n] of its own source (sources numbered in order of first use), checked in code."""
+    number: dict[int, int] = {}
+    parts, quotes = [], {}
+    for ci, s in picked:
+        n = number.setdefault(ci, len(number) + 1)
+        # Footnote markers inside the source sentence would read as our citations.
+        parts.append(f"{strip_markers(s)} [{n}]")
+        quotes.setdefault(n, []).append(s)
+    sources = [cands[ci] for ci in sorted(number, key=number.get)]
+    return check_citations(" ".join(parts), sources, quotes)

@@ -34,7 +34,7 @@ from typing import Optional
 import numpy as np
 
 from transforms.query.answer import EXTRACTIVE_NOT_FOUND, AnswerResult
-from transforms.query.cite import check_citations, normalize_for_match, strip_markers
+from transforms.query.cite import cite_sentences, normalize_for_match
 from transforms.query.records import Candidate
 from transforms.query.rerank import VectorCache, candidate_sentences
 from transforms.ingest.sentvec import SentenceStore
@@ -250,14 +250,6 @@ class SentenceAnswerer:
         if evidence < self.p.threshold:
             return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found", evidence_score=evidence)
         picked = self.select(flat, score, mat)
-        number: dict[int, int] = {}  # candidate index -> source number, in order of use
-        parts, quotes = [], {}
-        for i in picked:
-            ci, s = flat[i]
-            n = number.setdefault(ci, len(number) + 1)
-            parts.append(f"{strip_markers(s)} [{n}]")
-            quotes.setdefault(n, []).append(s)
-        sources = [cands[ci] for ci in sorted(number, key=number.get)]
-        check = check_citations(" ".join(parts), sources, quotes)
+        check = cite_sentences([flat[i] for i in picked], cands)
         return AnswerResult(check.answer, "answered", check.citations, check.n_invalid,
                             evidence_score=evidence)
