@@ -1,6 +1,8 @@
 """bench/ helpers: the generated-corpus fallback and the results writer. No timings asserted."""
 import json
 
+import pytest
+
 from bench.data import generated_dataset, load_dataset, write_corpus, write_questions
 from bench.table import Figure, Report
 
@@ -47,9 +49,6 @@ def test_ocr_bench_corpus_is_ten_percent_scans_with_text_twins(tmp_path):
     each scan keeps its text-PDF twin (same lines) for the baselines. No OCR is run here."""
     import os
 
-    import pytest
-    pytest.importorskip("pypdfium2")
-    pytest.importorskip("PIL")
     from bench.ocr_bench import make_corpus, twin_corpus
     from transforms.ingest.parse.ocr import OcrSettings
     from transforms.ingest.parse.pdf import parse_pdf_with_errors
