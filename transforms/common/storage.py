@@ -25,6 +25,11 @@ def s3_client(settings: Optional[S3Settings] = None):
     return _clients[key]
 
 
+def is_not_found(error) -> bool:
+    """A botocore ClientError that means "no such object" (stores answer with any of these)."""
+    return error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound")
+
+
 def join(base: str, *parts: str) -> str:
     return posixpath.join(base, *parts) if is_s3(base) else os.path.join(base, *parts)
 
@@ -100,7 +105,7 @@ def read_bytes(uri: str, s3: Optional[S3Settings] = None) -> bytes:
         try:
             return s3_client(s3).get_object(Bucket=bucket, Key=key)["Body"].read()
         except ClientError as e:  # one exception for a missing file, local or remote
-            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if is_not_found(e):
                 raise FileNotFoundError(uri) from None
             raise
     with open(uri, "rb") as f:
@@ -119,7 +124,7 @@ def exists(uri: str, s3: Optional[S3Settings] = None) -> bool:
             s3_client(s3).head_object(Bucket=bucket, Key=key)
             return True
         except ClientError as e:
-            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if is_not_found(e):
                 return False
             raise
     return os.path.exists(uri)
@@ -232,7 +237,7 @@ def read_with_etag(uri: str, s3: Optional[S3Settings] = None) -> Optional[tuple[
     try:
         r = s3_client(s3).get_object(Bucket=bucket, Key=key)
     except ClientError as e:
-        if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+        if is_not_found(e):
             return None
         raise
     return r["Body"].read(), r["ETag"]
@@ -253,7 +258,7 @@ def stat(uri: str, s3: Optional[S3Settings] = None) -> Optional[dict]:
         try:
             h = s3_client(s3).head_object(Bucket=bucket, Key=key)
         except ClientError as e:
-            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if is_not_found(e):
                 return None
             raise
         return {"size": h["ContentLength"], "mtime": h["LastModified"].timestamp(), "etag": h.get("ETag")}

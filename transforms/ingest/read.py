@@ -22,6 +22,7 @@ import apache_beam as beam
 from transforms.common.counters import DEAD_LETTER
 from transforms.common.s3 import S3Settings, scheme as _scheme, split_s3_uri as _split_s3
 from transforms.common.stage import Outputs, StageFn
+from transforms.common.storage import is_not_found
 from transforms.records import RawObject
 
 CHUNK_BYTES = 1 << 20
@@ -83,7 +84,7 @@ def _head_s3(client, bucket: str, key: str) -> list[ListedObject]:
     try:
         h = client.head_object(Bucket=bucket, Key=key)
     except ClientError as e:
-        if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+        if is_not_found(e):
             return []
         raise
     return [ListedObject(f"s3://{bucket}/{key}", key.rsplit("/", 1)[-1],
