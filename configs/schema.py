@@ -127,12 +127,13 @@ class RetrieveConfig(_Strict):
     dense_weight: float = Field(1.0, ge=0)
     bm25_weight: float = Field(1.0, ge=0)
     fused_top_n: int = Field(30, ge=1, le=1000)
-    # convex (default): fusion_alpha * normalised dense score + (1 - fusion_alpha) * normalised
-    # BM25 score, a chunk missing from one list scored exactly there; rrf: reciprocal rank
-    # fusion (rrf_k, dense_weight, bm25_weight). Chosen on the dev sets (README, "Quality").
+    # convex (default): fusion_alpha * dense score + (1 - fusion_alpha) * BM25 score, each
+    # normalised by fusion_norm (bound: the cosine as it is, BM25 over the query's best possible
+    # score), a chunk missing from one list scored exactly there; rrf: reciprocal rank fusion
+    # (rrf_k, dense_weight, bm25_weight). Chosen on the dev sets (README, "Quality").
     fusion: Literal["rrf", "convex"] = "convex"
-    fusion_alpha: float = Field(0.7, ge=0, le=1)
-    fusion_norm: Literal["minmax", "zscore", "max"] = "minmax"
+    fusion_alpha: float = Field(0.8, ge=0, le=1)
+    fusion_norm: Literal["minmax", "zscore", "max", "bound"] = "bound"
     bm25_k1: Optional[float] = Field(None, gt=0)  # None: the artifact's (1.2)
     bm25_b: Optional[float] = Field(None, ge=0, le=1)  # None: the artifact's (0.75)
 
@@ -152,7 +153,10 @@ class AnswerConfig(_Strict):
     kind: Literal["extractive", "openai", "bedrock"] = "extractive"
     max_sentences: int = Field(2, ge=1, le=20)
     top_chunks: int = Field(5, ge=1, le=50)
-    threshold: float = Field(0.58, ge=-1, le=2)  # on the evidence score (cosine + lexical share)
+    # evidence "model": the probability that the chunks answer the question (a logistic model over
+    # sentence and retrieval scores, extract.EVIDENCE_MODEL); "sentence": best cosine + lexical share
+    evidence: Literal["model", "sentence"] = "model"
+    threshold: Optional[float] = Field(None, ge=-1, le=2)  # None: 0.49 for evidence model, 0.58 for sentence
     # extractive sentence selection (transforms/query/extract.py)
     gap: float = Field(0.10, ge=0, le=2)  # keep sentences scoring within this of the best
     lexical_weight: float = Field(0.7, ge=0, le=2)  # share of the question's (idf-weighted) words
@@ -173,6 +177,12 @@ class AnswerConfig(_Strict):
     # Seconds of generator time one worker may spend in total; after that its remaining
     # questions become error records at once (None: no budget).
     budget_s: Optional[float] = Field(3600.0, gt=0)
+
+    @property
+    def evidence_threshold(self) -> float:
+        if self.threshold is not None:
+            return self.threshold
+        return 0.49 if self.evidence == "model" else 0.58
 
 
 class OutputConfig(_Strict):

@@ -46,6 +46,16 @@ def test_env_override_of_one_key(tmp_path):
         load_config(write(tmp_path, ""), environ={"RAGBEAM__CHUNK__NOPE": "1"})
 
 
+def test_answer_threshold_defaults_to_the_tuned_value_of_its_evidence_kind(tmp_path):
+    # the two evidence scores live on different scales: one default threshold would not fit both
+    assert load_config(write(tmp_path, "answer: {evidence: model}"), environ={}).answer.evidence_threshold == 0.49
+    assert load_config(write(tmp_path, "answer: {evidence: sentence}"), environ={}).answer.evidence_threshold == 0.58
+    assert load_config(write(tmp_path, "answer: {evidence: sentence, threshold: 0.3}"),
+                       environ={}).answer.evidence_threshold == 0.3
+    with pytest.raises(ConfigError, match="answer.evidence"):
+        load_config(write(tmp_path, "answer: {evidence: vibes}"), environ={})
+
+
 EXAMPLE_ENV = {"AWS_ACCESS_KEY_ID": "AKIA-example", "AWS_SECRET_ACCESS_KEY": "example-secret",
                "RAGBEAM_S3_ENDPOINT": "http://127.0.0.1:8333"}
 
@@ -60,13 +70,15 @@ def _example_expectations():
             (c.contextualize.kind, "title_path"), (c.embed.batch_size, 8), (c.artifacts.build, True),
             ((c.artifacts.hnsw.m, c.artifacts.hnsw.ef_construction, c.artifacts.hnsw.ef_search), (16, 128, 64)),
             (c.index.keep_versions, 3), (c.retrieve.mode, "auto"), (c.retrieve.rrf_k, 60),
-            (c.rerank.kind, "none"), (c.answer.kind, "extractive"), (c.answer.threshold, 0.58),
-            (c.answer.max_sentences, 2), (c.retrieve.fusion, "convex"), (c.retrieve.fusion_alpha, 0.7),
+            (c.rerank.kind, "none"), (c.answer.kind, "extractive"), (c.answer.evidence, "model"),
+            (c.answer.threshold, 0.49), (c.answer.evidence_threshold, 0.49),
+            (c.answer.max_sentences, 2), (c.retrieve.fusion, "convex"), (c.retrieve.fusion_alpha, 0.8),
+            (c.retrieve.fusion_norm, "bound"),
             (c.output.format, "jsonl"), (c.output.retrieved_top_k, 10), (c.gate, None),
             (c.s3.endpoint_url, None), (c.s3.access_key_id, None)],
         "eval-rerank.yaml": lambda c: [
             (c.runner.name, "DirectRunner"), (c.runner.direct_running_mode, "in_memory"),
-            (c.rerank.kind, "embedding"), (c.answer.threshold, 0.58)],
+            (c.rerank.kind, "embedding"), (c.answer.threshold, None), (c.answer.evidence_threshold, 0.49)],
         "local-s3.yaml": lambda c: [
             (c.runner.name, "DirectRunner"), (c.s3.endpoint_url, "http://127.0.0.1:8333"),
             (c.s3.region, "us-east-1"),  # ${AWS_REGION:-us-east-1} with AWS_REGION unset

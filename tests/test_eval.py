@@ -307,3 +307,36 @@ def test_doc_labels_by_path_for_a_folder_corpus(tmp_path):
         {"d1": 1, "d2": 2, ("missing", "gone.txt"): 1}
     # the missing judged file still counts against recall
     assert M.recall_at_k(["d1", "d2"], labels.doc_qrels({"man/ls.1": 1, "gone.txt": 1}), 10) == 0.5
+
+
+def test_candidates_carry_fixed_scale_scores_and_evidence_is_a_probability(gated):
+    """The engine gives each candidate its cosine and its BM25 coverage (BM25 over the query's
+    best possible score); the extractive answerer's evidence model turns them into the
+    probability that the chunks answer the question, refusing an off-topic one."""
+    import numpy as np
+
+    from transforms.index import publish
+    from transforms.ingest.embed import model_spec_from_config
+    from transforms.query.engine import QAEngine
+    from transforms.query.fuse import bm25_scores_for
+    from transforms.query.records import Question
+
+    cfg, _, _, index_dir, _ = gated
+    engine = QAEngine(publish.resolve_index(str(index_dir)), cfg, model_spec_from_config(cfg))
+    try:
+        qs = [Question("q2", QUERIES[1][1]), Question("off", "Who won the 1987 Tour de France cycling race?")]
+        qv = engine.embedder.encode([q.question for q in qs])
+        qn = qv / np.linalg.norm(qv, axis=1, keepdims=True)
+        for j, cands in enumerate(engine.retrieve(qs)):
+            terms = engine.bm25.query_terms([qs[j].question])[0]
+            bound = engine.bm25.bound(terms)
+            for c in cands:
+                assert c.dense_cosine == pytest.approx(float(engine.dense.matrix[c.chunk_no] @ qn[j]), abs=1e-5)
+                want = bm25_scores_for(engine.bm25, terms, np.array([c.chunk_no]))[0] / bound if bound else 0.0
+                assert c.bm25_coverage == pytest.approx(want, abs=1e-6) and 0.0 <= c.bm25_coverage <= 1.0 + 1e-6
+        on, off = engine.answer_batch(qs, top_k=5)
+    finally:
+        engine.close()
+    threshold = cfg.answer.evidence_threshold
+    assert on.status == "answered" and threshold <= on.evidence_score <= 1.0
+    assert off.status == "not_found" and 0.0 <= off.evidence_score < threshold

@@ -70,4 +70,23 @@ def test_bm25_fill_matches_index_scores(tmp_path):
     want = np.zeros(4)
     want[docs] = s
     np.testing.assert_allclose(got, want, rtol=1e-6)
+    # the bound: no chunk scores above it, and a query of one term reaches it in that term's best chunk
+    for query in (q, ["cats"], ["quantum dogs mat"], ["nothing known"]):
+        t = bm.query_terms(query)[0]
+        scores = bm25_scores_for(bm, t, np.arange(4))
+        assert (scores <= bm.bound(t) + 1e-6).all()
+    one = bm.query_terms(["mat"])[0]
+    assert np.isclose(bm25_scores_for(bm, one, np.arange(4)).max(), bm.bound(one))
+    assert bm.bound(bm.query_terms(["nothing known"])[0]) == 0.0
     con.close()
+
+
+def test_bound_norm_keeps_scores_on_a_fixed_scale():
+    # cosine as is, BM25 over its bound: a weak BM25 list is not stretched to 0..1
+    f = convex_fuse([1, 2], [0.6, 0.5], [2, 1], [1.0, 0.5], alpha=0.8, norm="bound", bm25_bound=10.0)
+    assert f[0][0] == 1 and np.isclose(f[0][1], 0.8 * 0.6 + 0.2 * 0.05)
+    assert np.isclose(f[1][1], 0.8 * 0.5 + 0.2 * 0.1)
+    # the same lists min-max normalised put chunk 2 first (BM25's 1.0 vs 0.5 becomes 1 vs 0)
+    assert convex_fuse([1, 2], [0.6, 0.5], [2, 1], [1.0, 0.5], alpha=0.4)[0][0] == 2
+    # no BM25 bound (no known query term): dense alone decides
+    assert [c for c, _ in convex_fuse([1, 2], [0.6, 0.5], [], [], alpha=0.8, norm="bound")] == [1, 2]

@@ -131,6 +131,29 @@ def test_answerer_uses_stored_vectors_and_embeds_nothing(embedder):
     assert missing.status == "not_found" and missing.answer == EXTRACTIVE_NOT_FOUND
 
 
+def test_evidence_model_weighs_retrieval_scores_into_a_probability(embedder):
+    """Same sentences, same question: what the retrievers saw decides. Chunks far from the
+    question on both fixed-scale scores make the answer "not found" even though a sentence
+    matches well; the evidence is a probability either way."""
+    from dataclasses import replace
+
+    from transforms.query.extract import EVIDENCE_MODEL
+
+    _, spans, vecs = chunk_sentence_vectors(embedder, embed_texts(), TEXTS, kind="late")
+    store = SentenceStore.from_lists(spans, vecs)
+    q = ["How do I create missing parent directories with pathlib?"]
+    qv = embedder.encode(q)
+    ans = SentenceAnswerer(None, store, SentenceParams(gap=0.0, threshold=0.49, evidence_model=EVIDENCE_MODEL))
+    strong = [replace(c, dense_cosine=0.7, bm25_coverage=0.6) for c in cands()]
+    weak = [replace(c, dense_cosine=0.05, bm25_coverage=0.0) for c in cands()]
+    [yes] = ans.answer(q, [strong], qvecs=qv)
+    [no] = ans.answer(q, [weak], qvecs=qv)
+    assert yes.status == "answered" and 0.49 <= yes.evidence_score <= 1.0
+    assert no.status == "not_found" and 0.0 <= no.evidence_score < 0.49
+    sentence_only = SentenceAnswerer(None, store, SentenceParams(gap=0.0, threshold=0.5))
+    assert sentence_only.answer(q, [weak], qvecs=qv)[0].status == "answered"  # the old evidence ignores retrieval
+
+
 def test_answerer_falls_back_to_embedding_without_stored_vectors(embedder):
     _, spans, vecs = chunk_sentence_vectors(embedder, embed_texts(), TEXTS, kind="late")
     store = SentenceStore.from_lists(spans, [vecs[0], None, vecs[2]])  # chunk 1 from an old index

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
@@ -44,7 +44,7 @@ def check_model(manifest: dict, spec: ModelSpec) -> None:
 class QAEngine:
     def __init__(self, version_dir: str, cfg, spec: ModelSpec, embedder: Optional[Embedder] = None):
         from transforms.query.answer import GeneratorAnswerer
-        from transforms.query.extract import SentenceParams
+        from transforms.query.extract import EVIDENCE_MODEL, SentenceParams
         from transforms.query.rerank import make_reranker
 
         with open(os.path.join(version_dir, "manifest.json"), encoding="utf-8") as f:
@@ -85,10 +85,11 @@ class QAEngine:
         a = cfg.answer
         if a.kind == "extractive":
             self.answerer = SentenceAnswerer(self.embedder, self.sentences, SentenceParams(
-                max_sentences=a.max_sentences, top_chunks=a.top_chunks, threshold=a.threshold, gap=a.gap,
+                max_sentences=a.max_sentences, top_chunks=a.top_chunks, threshold=a.evidence_threshold, gap=a.gap,
                 lexical_weight=a.lexical_weight, rank_weight=a.rank_weight, mmr_lambda=a.mmr_lambda,
                 dup_sim=a.dup_sim, type_weight=a.type_weight, same_source_bonus=a.same_source_bonus,
-                evidence_lexical_weight=a.evidence_lexical_weight))
+                evidence_lexical_weight=a.evidence_lexical_weight,
+                evidence_model=EVIDENCE_MODEL if a.evidence == "model" else None))
             if a.lexical_idf:
                 self.answerer.set_idf(self.chunks.table.column("text").to_pylist())
         else:
@@ -117,14 +118,15 @@ class QAEngine:
         else:
             d_scores, d_ids = search_hnsw(self.con, qvecs, dense_n, allowed)
         b_scores, b_ids = self.bm25.search(texts, bm25_n, allowed)
-        terms = self.bm25.query_terms(texts) if rc.fusion == "convex" else [None] * len(texts)
+        terms = self.bm25.query_terms(texts)
         qn = qvecs / np.clip(np.linalg.norm(qvecs, axis=1, keepdims=True), 1e-12, None)
         out = []
         for j in range(len(texts)):
             dense = [(int(i), float(s)) for i, s in zip(d_ids[j], d_scores[j]) if i >= 0]
             bm25 = [(int(i), float(s)) for i, s in zip(b_ids[j], b_scores[j]) if i >= 0]
             fused = self.fuse(d_ids[j], d_scores[j], b_ids[j], b_scores[j], qvec=qn[j], terms=terms[j])
-            out.append(Rankings(dense, bm25, [(int(c), float(s)) for c, s in fused]))
+            out.append(Rankings(dense, bm25, [(int(c), float(s)) for c, s in fused],
+                                qvec=qn[j], terms=terms[j]))
         return out
 
     def fuse(self, d_ids, d_scores, b_ids, b_scores, top_n: Optional[int] = None,
@@ -139,8 +141,10 @@ class QAEngine:
             nd, nb = rc.dense_top_n, rc.bm25_top_n
             dfill = (lambda c: self.dense.matrix[c] @ qvec) if qvec is not None else None
             bfill = (lambda c: bm25_scores_for(self.bm25, terms, c)) if terms is not None else None
+            bound = self.bm25.bound(terms) if terms is not None else None
             return convex_fuse(d_ids[:nd], d_scores[:nd], b_ids[:nb], b_scores[:nb], alpha=rc.fusion_alpha,
-                               norm=rc.fusion_norm, top_n=top_n, dense_fill=dfill, bm25_fill=bfill)
+                               norm=rc.fusion_norm, top_n=top_n, dense_fill=dfill, bm25_fill=bfill,
+                               bm25_bound=bound)
         return rrf_fuse({"dense": [int(i) for i in d_ids if i >= 0], "bm25": [int(i) for i in b_ids if i >= 0]},
                         k=rc.rrf_k, weights={"dense": rc.dense_weight, "bm25": rc.bm25_weight}, top_n=top_n)
 
@@ -153,12 +157,26 @@ class QAEngine:
         for r in rankings:
             dense_rank = {c: i for i, (c, _) in enumerate(r.dense, 1)}
             bm25_rank = {c: i for i, (c, _) in enumerate(r.bm25, 1)}
+            head = np.array([c for c, _ in r.fused[:n]], np.int64)
+            cos, cover = self.absolute_scores(r, head)
             cands = []
             for rank, (c, score) in enumerate(r.fused[:n], 1):
                 cands.append(replace(by_no[c], score=score, rank=rank, first_stage_score=score,
-                                     dense_rank=dense_rank.get(c), bm25_rank=bm25_rank.get(c)))
+                                     dense_rank=dense_rank.get(c), bm25_rank=bm25_rank.get(c),
+                                     dense_cosine=cos[rank - 1], bm25_coverage=cover[rank - 1]))
             out.append(cands)
         return out
+
+    def absolute_scores(self, r: "Rankings", chunk_nos: np.ndarray) -> tuple[list, list]:
+        """Per chunk: its cosine with the question and its BM25 score over the question's best
+        possible (BM25Index.bound), i.e. scores that mean the same for every question (the
+        answerer's evidence model uses them to tell answerable questions from the rest)."""
+        if r.qvec is None or not len(chunk_nos):
+            return [None] * len(chunk_nos), [None] * len(chunk_nos)
+        cos = self.dense.matrix[chunk_nos] @ r.qvec
+        bound = self.bm25.bound(r.terms) if r.terms is not None else 0.0
+        bm = bm25_scores_for(self.bm25, r.terms, chunk_nos) / bound if bound > 0 else np.zeros(len(chunk_nos))
+        return [float(x) for x in cos], [float(x) for x in bm]
 
     def retrieve(self, questions: list[Question]) -> list[list[Candidate]]:
         """Fused first-stage candidates per question."""
@@ -250,6 +268,8 @@ class Rankings:
     dense: list[tuple[int, float]]
     bm25: list[tuple[int, float]]
     fused: list[tuple[int, float]]
+    qvec: Optional[np.ndarray] = field(default=None, repr=False)  # the unit question vector
+    terms: Optional[np.ndarray] = field(default=None, repr=False)  # its distinct BM25 term ids
 
 
 def _chat_client(a):

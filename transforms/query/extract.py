@@ -14,8 +14,12 @@ different costs and selection:
                     for (when/what year -> a year or date, how many -> a number, who -> a name
                     not in the question)
                   + rank_weight / chunk rank;
-- evidence = max(cos + evidence_lexical_weight * lexical), kept apart from the selection
-  score; below `threshold` the answer is "not found";
+- evidence, kept apart from the selection score; below `threshold` the answer is "not found".
+  The sentence evidence is max(cos + evidence_lexical_weight * lexical). With
+  `evidence_model` set (the default in the config) the evidence is instead the probability
+  that the question is answerable from these chunks: a logistic model over the sentence
+  evidence, the best chunk cosine and the best BM25 coverage (BM25 over its query's best
+  possible score), fitted by bench/answer_fit.py on a SQuAD tune sample (answerable vs article hidden);
 - then sentences are picked greedily by MMR (relevance minus redundancy with what is
   already picked), near-duplicates (cosine >= dup_sim to a picked one) dropped, and only
   while a sentence scores within `gap` of the best (sentences of the best sentence's chunk
@@ -83,6 +87,11 @@ def type_match(kind: str | None, sentence: str, question_words: set[str]) -> flo
     return 0.0
 
 
+# Fitted by `python -m bench.answer_fit` (bench/results/answer_fit.json) on the SQuAD tune
+# sample: weights of (sentence evidence, best chunk cosine, best BM25 coverage), then the bias.
+EVIDENCE_MODEL = (5.235, 11.215, 9.1, -12.167)
+
+
 @dataclass
 class SentenceParams:
     max_sentences: int = 3
@@ -99,6 +108,9 @@ class SentenceParams:
     # kept apart from the selection score so that selection can lean on words without making
     # unanswerable questions (whose distractors share the question's words) look answerable.
     evidence_lexical_weight: Optional[float] = 0.15  # None: the selection score itself
+    # (w_sentence, w_cosine, w_bm25_coverage, bias) of the logistic evidence
+    # model (EVIDENCE_MODEL); None: the sentence evidence alone, compared with `threshold`
+    evidence_model: Optional[tuple] = None
 
 
 class SentenceAnswerer:
@@ -242,11 +254,25 @@ class SentenceAnswerer:
             picked.append(i)
         return picked
 
+    def evidence_features(self, sentence_evidence: float, cands: list[Candidate]) -> np.ndarray:
+        """The evidence model's inputs; a chunk without fixed-scale scores counts 0 there."""
+        cos = max((c.dense_cosine for c in cands if c.dense_cosine is not None), default=0.0)
+        bm = max((c.bm25_coverage for c in cands if c.bm25_coverage is not None), default=0.0)
+        return np.array([sentence_evidence, cos, bm], np.float64)
+
+    def evidence(self, sentence_evidence: float, cands: list[Candidate]) -> float:
+        m = self.p.evidence_model
+        if m is None:
+            return sentence_evidence
+        z = float(self.evidence_features(sentence_evidence, cands) @ np.asarray(m[:3]) + m[3])
+        return 1.0 / (1.0 + np.exp(-z))
+
     def _answer_one(self, question: str, qv: np.ndarray, cands: list[Candidate], cache) -> AnswerResult:
         flat, score, mat = self.score(question, qv, cands, cache)
         if not flat:
             return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found")
         evidence = self._evidence if self._evidence is not None else float(score.max())
+        evidence = self.evidence(evidence, cands)
         if evidence < self.p.threshold:
             return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found", evidence_score=evidence)
         picked = self.select(flat, score, mat)

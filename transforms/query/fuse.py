@@ -11,7 +11,7 @@ from typing import Callable, Hashable, Optional
 
 import numpy as np
 
-NORMS = ("minmax", "zscore", "max")
+NORMS = ("minmax", "zscore", "max", "bound")
 
 
 # Sums of the same terms added in a different order can differ in the last ulp;
@@ -81,11 +81,14 @@ def normalise(scores: np.ndarray, ref: np.ndarray, how: str = "minmax") -> np.nd
 def convex_fuse(dense_ids, dense_scores, bm25_ids, bm25_scores, alpha: float = 0.5,
                 norm: str = "minmax", top_n: Optional[int] = None,
                 dense_fill: Optional[Callable[[np.ndarray], np.ndarray]] = None,
-                bm25_fill: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> list[tuple[int, float]]:
+                bm25_fill: Optional[Callable[[np.ndarray], np.ndarray]] = None,
+                bm25_bound: Optional[float] = None) -> list[tuple[int, float]]:
     """One query: [(chunk_no, fused score)], best first; ties by chunk_no.
 
     ids/scores: each retriever's ranked list (-1 slots ignored). fill(ids) -> exact raw
-    scores of ids absent from that retriever's list (optional)."""
+    scores of ids absent from that retriever's list (optional). norm "bound": the cosine as
+    it is and BM25 divided by `bm25_bound` (BM25Index.bound: the query's best possible score),
+    so neither side is stretched to 0..1 when its best match is weak."""
     d_ids, d_s = _valid(dense_ids, dense_scores)
     b_ids, b_s = _valid(bm25_ids, bm25_scores)
     union = np.union1d(d_ids, b_ids)
@@ -93,7 +96,10 @@ def convex_fuse(dense_ids, dense_scores, bm25_ids, bm25_scores, alpha: float = 0
         return []
     nd = _scores_on(union, d_ids, d_s, dense_fill)
     nb = _scores_on(union, b_ids, b_s, bm25_fill)
-    f = alpha * normalise(nd, d_s, norm) + (1 - alpha) * normalise(nb, b_s, norm)
+    if norm == "bound":
+        f = alpha * nd + (1 - alpha) * (nb / bm25_bound if bm25_bound else np.zeros_like(nb))
+    else:
+        f = alpha * normalise(nd, d_s, norm) + (1 - alpha) * normalise(nb, b_s, norm)
     order = np.lexsort((union, -np.round(f, 12)))
     if top_n is not None:
         order = order[:top_n]

@@ -60,6 +60,10 @@ class Candidate:
     dense_rank: Optional[int] = None  # None: not in the dense list
     bm25_rank: Optional[int] = None  # None: not in the BM25 list
     rerank_score: Optional[float] = None  # set by every reranker (NoReranker: the first-stage score)
+    # scores on a fixed scale (the engine's absolute_scores): cosine with the question, and BM25
+    # over the question's best possible BM25 score (1.0: every term at its best in this chunk)
+    dense_cosine: Optional[float] = None
+    bm25_coverage: Optional[float] = None
     # the chunk's stored vector, when retrieval returned it (the embedding reranker's chunk_weight)
     embedding: Optional[Any] = field(default=None, compare=False, repr=False)
 

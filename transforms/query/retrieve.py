@@ -171,6 +171,16 @@ class BM25Index:
         self.post_doc = tf["chunk_no"].astype(np.int64)
         counts = np.bincount(tf["termid"].astype(np.int64), minlength=n_terms)
         self.term_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        # each term's highest weight in any chunk: a query's bound() is the score of a chunk
+        # holding every query term at its best, so score / bound is comparable across queries
+        self.term_max = np.zeros(n_terms, np.float64)
+        has = counts > 0
+        if has.any():
+            self.term_max[has] = np.maximum.reduceat(self.post_w.astype(np.float64), self.term_ptr[:-1][has])
+
+    def bound(self, term_ids: np.ndarray) -> float:
+        """Upper bound of a query's BM25 score: the sum of its distinct terms' best weights."""
+        return float(self.term_max[np.asarray(term_ids, np.int64)].sum()) if len(term_ids) else 0.0
 
     def query_terms(self, queries: list[str]) -> list[np.ndarray]:
         """Distinct known term ids per query (match_bm25 also dedups query terms)."""

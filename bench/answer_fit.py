@@ -1,0 +1,298 @@
+"""Fit the extractive answerer's evidence model on SQuAD (tune sample) and report both samples.
+
+    python -m bench.answer_fit --index out/base/squad/index [--dataset ../shared/data/squad-dev-half]
+
+Two disjoint question samples, drawn as bench.answer_variants draws them: "tune" (seed 1, 500
+questions outside the eval sample) fits the weights and picks the threshold; "eval" (the 500
+questions of `ragbeam eval --max-queries 500`) only reports.
+
+Evidence (kept: transforms/query/extract.py EVIDENCE_MODEL): logistic regression, answerable
+(normal retrieval) vs made-unanswerable (the question's article hidden, as `ragbeam eval` does),
+over the sentence evidence, the best chunk cosine and the best BM25 coverage; the threshold is the one that answers 95% of tune's answerable questions.
+
+Selection (tried, not kept): a listwise linear model (softmax over a question's sentences) over
+14 sentence features, against the hand-weighted score, by how often the top sentence holds a
+gold span. Writes bench/results/answer_fit.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import minimize
+
+from transforms.evaluation import metrics as M
+
+ROOT = Path(__file__).resolve().parent.parent
+EVIDENCE_FEATURES = ("sentence_evidence", "best_chunk_cosine", "best_bm25_coverage")
+
+_WORD = re.compile(r"[a-z0-9_]+")
+_STOP = frozenset("""a an and are as at be by can do does did for from has have had how i if in is it its
+of on or that the this to was were what when where which who whom whose why will with you your""".split())
+_NEW_SPAN = re.compile(r"\b(?:[A-Z][a-zA-Z]+|\d[\d,.]*)\b")
+
+SELECTION_FEATURES = (
+    "cos",            # cosine(question, sentence), index-time sentence vector
+    "lex_idf",        # idf-weighted share of the question's content words in the sentence
+    "lex",            # plain share of the question's content words
+    "type",           # holds the kind of span the wh-word asks for (year, number, name)
+    "chunk_score",    # the chunk's fused first-stage score (0..1)
+    "inv_rank",       # 1 / the chunk's rank
+    "first",          # first sentence of its chunk
+    "log_words",      # log(1 + words)
+    "nb_cos",         # best cosine of the sentence's neighbours in its chunk
+    "nb_lex_idf",     # best idf-weighted overlap of its neighbours
+    "cos_gap",        # cos minus the best cos of the question's sentences (<= 0)
+    "lex_gap",        # lex_idf minus the best lex_idf (<= 0)
+    "bigram",         # share of the question's content-word bigrams found in the sentence
+    "new_span",       # holds a capitalised word or number that the question does not
+)
+
+
+
+def content_words(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1]
+
+
+def bigrams(words: list[str]) -> set[tuple[str, str]]:
+    return set(zip(words, words[1:]))
+
+
+def sentence_features(question: str, flat, cos: np.ndarray, cands, idf=None, idf_max: float = 0.0,
+                      kind=None, type_match=None) -> np.ndarray:
+    """[n_sentences, len(SELECTION_FEATURES)] for `flat` = [(candidate index, sentence)] in
+    chunk order (neighbours are adjacent entries of the same candidate)."""
+    n = len(flat)
+    x = np.zeros((n, len(SELECTION_FEATURES)), np.float64)
+    if n == 0:
+        return x
+    qlist = content_words(question)
+    qset = set(qlist)
+    qbi = bigrams(qlist)
+    w = {t: (idf.get(t, idf_max) if idf is not None else 1.0) for t in qset}
+    total = sum(w.values()) or 1.0
+    qlower = {t for t in _WORD.findall(question.lower())}
+    lex_idf = np.zeros(n)
+    for i, (ci, s) in enumerate(flat):
+        words = content_words(s)
+        ws = set(words)
+        hit = qset & ws
+        lex_idf[i] = sum(w[t] for t in hit) / total
+        x[i, 2] = len(hit) / len(qset) if qset else 0.0
+        x[i, 3] = type_match(kind, s, qset) if (kind and type_match) else 0.0
+        c = cands[ci]
+        x[i, 4] = float(c.score or 0.0)
+        x[i, 5] = 1.0 / float(c.rank or ci + 1)
+        x[i, 6] = float(i == 0 or flat[i - 1][0] != ci)
+        x[i, 7] = np.log1p(len(s.split()))
+        x[i, 12] = len(qbi & bigrams(words)) / len(qbi) if qbi else 0.0
+        x[i, 13] = float(any(m.group(0).lower() not in qlower for m in _NEW_SPAN.finditer(s)))
+    x[:, 0] = cos
+    x[:, 1] = lex_idf
+    for i, (ci, _) in enumerate(flat):
+        nb = [j for j in (i - 1, i + 1) if 0 <= j < n and flat[j][0] == ci]
+        if nb:
+            x[i, 8] = max(cos[j] for j in nb)
+            x[i, 9] = max(lex_idf[j] for j in nb)
+    x[:, 10] = cos - cos.max()
+    x[:, 11] = lex_idf - lex_idf.max()
+    return x
+
+
+def weight_vector(weights: dict[str, float], names) -> np.ndarray:
+    return np.array([weights.get(f, 0.0) for f in names], np.float64)
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+def fit_listwise(groups, l2=1e-2):
+    """groups: [(x [n, f], y [n] bool)] with a positive each; maximise log P(positives)."""
+    allx = np.concatenate([x for x, _ in groups])
+    mu, sd = allx.mean(0), allx.std(0) + 1e-9
+    f = allx.shape[1]
+
+    def loss(w):
+        total, grad = 0.0, np.zeros(f)
+        for x, y in groups:
+            xs = (x - mu) / sd
+            z = xs @ w
+            p = np.exp(z - z.max())
+            p /= p.sum()
+            pp = p[y].sum()
+            total -= np.log(pp + 1e-12)
+            grad -= (p[y] / (pp + 1e-12)) @ xs[y] - p @ xs
+        return total + l2 * len(groups) * w @ w, grad + 2 * l2 * len(groups) * w
+
+    return minimize(loss, np.zeros(f), jac=True, method="L-BFGS-B").x / sd
+
+
+def fit_logistic(x, y, l2=1e-3):
+    """(weights, bias) in raw feature units."""
+    mu, sd = x.mean(0), x.std(0) + 1e-9
+    xs = np.hstack([(x - mu) / sd, np.ones((len(x), 1))])
+
+    def loss(w):
+        p = 1 / (1 + np.exp(-(xs @ w)))
+        ll = -np.sum(y * np.log(p + 1e-12) + (1 - y) * np.log(1 - p + 1e-12))
+        reg = np.r_[w[:-1], 0.0]
+        return ll + l2 * len(x) * reg @ reg, xs.T @ (p - y) + 2 * l2 * len(x) * reg
+
+    r = minimize(loss, np.zeros(xs.shape[1]), jac=True, method="L-BFGS-B").x
+    return r[:-1] / sd, float(r[-1] - (mu / sd) @ r[:-1])
+
+
+def evidence_rows(a, qs):
+    """EVIDENCE_FEATURES per question: normal retrieval (label 1), article hidden (label 0)."""
+    x, y = [], []
+    for q in qs:
+        for key, label in (("head", 1), ("uhead", 0)):
+            cands = list(q[key][:a.p.top_chunks])
+            a.score(q["text"], np.asarray(q["qv"], np.float32), cands, None)
+            x.append(a.evidence_features(a._evidence or 0.0, cands))
+            y.append(label)
+    return np.array(x), np.array(y, float)
+
+
+def selection_experiment(a, sets, l2=1e-2) -> dict:
+    """Top-1 gold-sentence rate: the hand score vs a listwise model fitted on tune."""
+    from transforms.query.extract import answer_type, type_match
+    rows = {}
+    for name, qs in sets.items():
+        rows[name] = []
+        for q in qs:
+            cands = list(q["head"][:a.p.top_chunks])
+            qv = np.asarray(q["qv"], np.float32)
+            flat, hand, _ = a.score(q["text"], qv, cands, None)
+            if not flat:
+                continue
+            _, cos, _ = a.sentences(qv, cands, None)
+            x = sentence_features(q["text"], flat, cos, cands, a.idf, a.idf_max, answer_type(q["text"]), type_match)
+            y = np.array([M.contains_span(s, q["answers"]) for _, s in flat], bool)
+            rows[name].append((x, y, hand))
+    w = fit_listwise([(x, y) for x, y, _ in rows["tune"] if y.any()], l2)
+    out = {"weights": dict(zip(SELECTION_FEATURES, np.round(w, 4).tolist()))}
+    for name, r in rows.items():
+        n = len(sets[name])
+        out[name] = {"hand_top1": sum(bool(y[int(np.argmax(h))]) for _, y, h in r) / n,
+                     "listwise_top1": sum(bool(y[int(np.argmax(x @ w))]) for x, y, _ in r) / n}
+    return out
+
+
+def main(argv=None) -> None:
+    from bench.answer_variants import collect, score_set
+    from configs.schema import load_config
+    from transforms.evaluation.datasets import DocLabels, load_dataset, sample_ids
+    from transforms.evaluation.evaluator import Evaluator
+    from transforms.index.publish import resolve_index
+    from transforms.query.extract import SentenceAnswerer, SentenceParams
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--index", default="out/base/squad/index")
+    ap.add_argument("--dataset", default=str(ROOT.parent / "shared/data/squad-dev-half"))
+    ap.add_argument("--out", default="out/answer_fit")
+    ap.add_argument("--results", default=str(ROOT / "bench/results/answer_fit.json"))
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    cfg = load_config(None)
+    vdir = resolve_index(args.index)
+    ds = load_dataset(args.dataset)
+    eval_ids = sample_ids(ds.queries, 500, 0)
+    tune_ids = sample_ids(sorted(set(ds.queries) - set(eval_ids)), 500, 1)
+    ev = Evaluator(vdir, cfg)
+    pkl = os.path.join(args.out, f"sets-{os.path.basename(vdir)}.pkl")
+    if os.path.exists(pkl):
+        with open(pkl, "rb") as f:
+            sets = pickle.load(f)
+    else:  # retrieval once per question, normally and with its article hidden (the engine's own)
+        labels = DocLabels(vdir, {d for q in eval_ids + tune_ids for d in ds.qrels[q]})
+        t = time.perf_counter()
+        sets = {"tune": collect(ev, ds, tune_ids, labels), "eval": collect(ev, ds, eval_ids, labels)}
+        print(f"retrieval: {time.perf_counter() - t:.1f}s", flush=True)
+        with open(pkl, "wb") as f:
+            pickle.dump(sets, f)
+    e = ev.engine
+    a = e.answerer
+    if not isinstance(a, SentenceAnswerer):
+        raise SystemExit("answer.kind must be extractive")
+    out = {"config": {"answer": cfg.answer.model_dump(exclude={"api_key"}), "retrieve": cfg.retrieve.model_dump()}}
+
+    def report(label, params):
+        b = SentenceAnswerer(None, e.sentences, params)
+        b.idf, b.idf_max = a.idf, a.idf_max
+        row = {k: {m: (round(v, 4) if isinstance(v, float) else v) for m, v in score_set(b, qs).items()
+                   if not m.startswith("_")} for k, qs in sets.items()}
+        out[label] = row
+        print(label, json.dumps(row), flush=True)
+
+    base = a.p
+    # the sentence evidence alone, at its own tuned threshold
+    report("sentence_evidence", SentenceParams(**{**base.__dict__, "evidence_model": None, "threshold": 0.58}))
+    xe, ye = evidence_rows(SentenceAnswerer(None, e.sentences, SentenceParams(**{**base.__dict__, "evidence_model": None})), sets["tune"])
+    w, b = fit_logistic(xe, ye)
+    model = tuple(round(float(v), 3) for v in w) + (round(b, 3),)
+    prob = 1 / (1 + np.exp(-(xe @ np.array(model[:3]) + model[3])))
+    thr = float(np.floor(np.sort(prob[ye == 1])[int(0.05 * (ye == 1).sum())] * 100) / 100)
+    out["evidence_model"] = dict(zip(EVIDENCE_FEATURES + ("bias",), model))
+    out["evidence_threshold"] = thr
+    out["evidence_auc_by_feature"] = {f: round(M.auc(list(xe[ye == 1, i]), list(xe[ye == 0, i])), 4)
+                                      for i, f in enumerate(EVIDENCE_FEATURES)}
+    print("EVIDENCE_MODEL =", model, "threshold", thr, flush=True)
+    report("evidence_model", SentenceParams(**{**base.__dict__, "evidence_model": model, "threshold": thr}))
+    # sentence selection around the evidence model: the gap a second sentence must stay within,
+    # and the bonus for one from the chunk already cited (chosen on tune: most gold spans with
+    # at most 40 words and citation precision at least 0.80)
+    grid = []
+    for gap in (0.06, 0.08, 0.10, 0.12):
+        for bonus in (0.05, 0.1, 0.2):
+            label = f"gap={gap},same_source_bonus={bonus}"
+            report(label, SentenceParams(**{**base.__dict__, "evidence_model": model, "threshold": thr,
+                                            "gap": gap, "same_source_bonus": bonus}))
+            grid.append((label, out.pop(label)))
+    out["selection_grid"] = dict(grid)
+    ok = [(r["tune"]["gold"], label) for label, r in grid
+          if r["tune"]["words"] <= 40 and r["tune"]["cit_prec"] >= 0.80]
+    out["selection_grid_choice"] = max(ok)[1] if ok else None
+    print("chosen on tune:", out["selection_grid_choice"], flush=True)
+    report("configured", base)
+    # small-to-big (tried): the neighbouring chunks (same document, ordinal +-1) of the top
+    # chunk join the answerer's context, right after it
+    rows = e.con.execute("SELECT chunk_no, doc_id, ordinal FROM chunks").fetchall()
+    at = {(d, o): c for c, d, o in rows}
+    pos = {c: (d, o) for c, d, o in rows}
+    grown = {}
+    for name, qs in sets.items():
+        grown[name] = []
+        for q in qs:
+            q2 = dict(q)
+            for key in ("head", "uhead"):
+                head = list(q[key][:base.top_chunks])
+                if head:
+                    d, o = pos[head[0].chunk_no]
+                    have = {c.chunk_no for c in head}
+                    extra = [at[(d, o + k)] for k in (-1, 1) if (d, o + k) in at and at[(d, o + k)] not in have]
+                    head = head[:1] + e.chunks.candidates(extra) + head[1:]
+                q2[key] = head
+            grown[name].append(q2)
+    out["small_to_big_questions_grown"] = {k: sum(len(g["head"]) > len(q["head"][:base.top_chunks])
+                                                  for g, q in zip(grown[k], sets[k])) for k in sets}
+    print("small-to-big: questions whose context grew", out["small_to_big_questions_grown"], flush=True)
+    saved, sets = sets, grown
+    report("small_to_big", SentenceParams(**{**base.__dict__, "top_chunks": base.top_chunks + 2}))
+    sets = saved
+    out["selection"] = selection_experiment(a, sets)
+    print("selection", json.dumps(out["selection"]), flush=True)
+    Path(args.results).write_text(json.dumps(out, indent=1, default=float) + "\n")
+    ev.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""Score-aware fusion variants that need no per-set weight, on every dev set index.
+
+    python -m bench.fusion_adaptive --sets cranfield,msmarco,squad [--root out/base]
+
+Like bench.fusion_variants (same depth, same scoring), with BM25 scaled by an absolute bound
+instead of (or besides) its per-query min-max:
+  ub          bm25 / sum over the query's terms of the term's highest posting weight
+              (a WAND-style upper bound: 1.0 = every term at its best in one chunk)
+  cc-a        today's: a*minmax(dense) + (1-a)*minmax(bm25)
+  ccub-a      a*minmax(dense) + (1-a)*conf*minmax(bm25), conf = top bm25 / ub (BM25 counts as
+              much as its best match covers the query's terms)
+  abs-a       a*cos + (1-a)*bm25/ub
+  *-docagg-b  documents ranked by their best chunk + b x their second-best (the engine: b = 0)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import numpy as np
+
+from transforms.evaluation import metrics as M
+from transforms.evaluation.datasets import DocLabels, load_dataset, sample_ids
+from transforms.evaluation.evaluator import Evaluator
+from transforms.query.fuse import bm25_scores_for, normalise, _scores_on, _valid
+
+SETS = {"cranfield": ("cranfield", None), "vaswani": ("vaswani-npl", None),
+        "msmarco": ("msmarco-trecdl19-subset", None), "msmarco-off": ("msmarco-trecdl19-subset", None),
+        "msmarco-95": ("msmarco-trecdl19-subset", None),
+        "squad": ("squad-dev-half", 500), "debian-docs": ("debian-docs", 300)}
+
+
+def main(argv=None) -> None:
+    from configs.schema import load_config
+    from transforms.index.publish import resolve_index
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sets", default="cranfield,msmarco,squad")
+    ap.add_argument("--root", default="out/base")
+    ap.add_argument("--data", default="/work/shared/data")
+    ap.add_argument("--out", default="out/fusion_adaptive.jsonl")
+    args = ap.parse_args(argv)
+    cfg = load_config(None)
+    N = cfg.retrieve.dense_top_n
+    rows = []
+    for name in args.sets.split(","):
+        folder, maxq = SETS[name]
+        vdir = resolve_index(os.path.join(args.root, name, "index"))
+        ds = load_dataset(os.path.join(args.data, folder))
+        ids = sample_ids(ds.queries, maxq, 0)
+        ev = Evaluator(vdir, cfg)
+        e = ev.engine
+        labels = DocLabels(vdir, {d for q in ids for d in ds.qrels[q]})
+        qrels = [labels.doc_qrels(ds.qrels[q]) for q in ids]
+        texts = [ds.queries[q] for q in ids]
+        qv = e.embedder.encode(texts)
+        qv = qv / np.linalg.norm(qv, axis=1, keepdims=True)
+        d_s, d_i = e.dense.search(qv, N, ev.public)
+        b_s, b_i = e.bm25.search(texts, N, ev.public)
+        terms = e.bm25.query_terms(texts)
+        bm = e.bm25
+        tmax = np.array([bm.post_w[bm.term_ptr[t]:bm.term_ptr[t + 1]].max() if bm.term_ptr[t + 1] > bm.term_ptr[t] else 0.0
+                         for t in range(len(bm.term_ptr) - 1)], np.float64)
+        mat = e.dense.matrix
+
+        def ranking(j, how, a):
+            di, ds_ = _valid(d_i[j], d_s[j])
+            bi, bs = _valid(b_i[j], b_s[j])
+            union = np.union1d(di, bi)
+            if not len(union):
+                return []
+            nd = _scores_on(union, di, ds_, lambda c: mat[c] @ qv[j])
+            nb = _scores_on(union, bi, bs, lambda c: bm25_scores_for(bm, terms[j], c))
+            ub = float(tmax[terms[j]].sum()) if len(terms[j]) else 1.0
+            if how == "cc":
+                f = a * normalise(nd, ds_) + (1 - a) * normalise(nb, bs)
+            elif how == "ccub":
+                conf = (bs.max() / ub) if len(bs) and ub > 0 else 0.0
+                f = a * normalise(nd, ds_) + (1 - a) * conf * normalise(nb, bs)
+            elif how == "abs":
+                f = a * nd + (1 - a) * nb / max(ub, 1e-9)
+            order = np.lexsort((union, -np.round(f, 12)))
+            return [(int(union[i]), float(f[i])) for i in order]
+
+        doc_of = e.doc_ids
+
+        def by_doc(fused, beta):
+            """Document order by best chunk + beta x second-best chunk (beta 0: the engine's)."""
+            best: dict = {}
+            for c, sc in fused:
+                best.setdefault(doc_of[c], []).append((sc, c))
+            agg = sorted(best.values(), key=lambda v: -(v[0][0] + beta * (v[1][0] if len(v) > 1 else 0.0)))
+            return [v[0][1] for v in agg]
+
+        def ndcg(rankings):
+            return float(np.mean([M.ndcg_at_k(ev.docs(r), qr, 10) for r, qr in zip(rankings, qrels)]))
+
+        def record(variant, rankings):
+            row = {"set": name, "variant": variant, "ndcg@10": round(ndcg(rankings), 4)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        record("dense", [[int(c) for c in d_i[j] if c >= 0] for j in range(len(ids))])
+        record("bm25", [[int(c) for c in b_i[j] if c >= 0] for j in range(len(ids))])
+        for how in ("cc", "ccub", "abs"):
+            for a in ((0.6, 0.7, 0.8) if how != "abs" else (0.7, 0.75, 0.8, 0.85, 0.9, 0.95)):
+                fused = [ranking(j, how, a) for j in range(len(ids))]
+                record(f"{how}-{a}", [[c for c, _ in f] for f in fused])
+                if (how, a) in (("cc", 0.7), ("abs", 0.8)):
+                    for beta in (0.1, 0.25, 0.5):
+                        record(f"{how}-{a}-docagg-{beta}", [by_doc(f, beta) for f in fused])
+        ev.close()
+    with open(args.out, "a") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+if __name__ == "__main__":
+    main()
