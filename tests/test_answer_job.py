@@ -209,6 +209,8 @@ def test_trace_shows_every_stage_and_the_context(mini_index, test_config, tmp_pa
         # the context is what the answerer saw, and every citation points into it
         ctx = {c["chunk_id"] for c in t["context"]}
         assert {c["chunk_id"] for c in r["citations"]} <= ctx
+        # with the fixed-scale scores the evidence model weighed (why an answer was refused)
+        assert all(-1 <= c["dense_cosine"] <= 1 and 0 <= c["bm25_coverage"] <= 1 + 1e-6 for c in t["context"])
         assert set(t["ms_per_question"]) == {"embed", "retrieve", "rerank", "answer"}
         assert [x["chunk_id"] for x in r["retrieved"]][:len(t["reranked"])] == [c for c, _ in t["reranked"]][:10]
     plain = tmp_path / "plain.jsonl"

@@ -258,8 +258,13 @@ class QAEngine:
         return {"dense": ranked(r.dense), "bm25": ranked(r.bm25), "fused": ranked(r.fused),
                 "reranked": [[c.chunk_id, round(float(c.final_score), 6)] for c in head],
                 "context": [{"chunk_id": c.chunk_id, "doc_id": c.doc_id, "context": c.context,
-                             "text": c.text} for c in head[:n_ctx]],
+                             "text": c.text, "dense_cosine": _round(c.dense_cosine),
+                             "bm25_coverage": _round(c.bm25_coverage)} for c in head[:n_ctx]],
                 "ms_per_question": ms}
+
+
+def _round(x: Optional[float]) -> Optional[float]:
+    return None if x is None else round(float(x), 6)
 
 
 @dataclass

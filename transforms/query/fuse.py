@@ -55,10 +55,12 @@ def rrf_fuse(rankings: dict[str, list[Hashable]], k: int = 60,
 #
 #     fused(c) = alpha * norm_dense(c) + (1 - alpha) * norm_bm25(c)
 #
-# where each retriever's scores are normalised per query with statistics of its own top-N
-# list (min-max by default). A chunk that one retriever did not return gets that
-# retriever's exact score when a `fill` function is given (dense: the cosine, BM25: the
-# sparse sum), else the list's floor (0 after min-max).
+# where norm is "bound" by default: the cosine as it is and BM25 divided by the query's
+# best possible BM25 score (BM25Index.bound), so a weak list stays weak; "minmax", "zscore"
+# and "max" normalise each retriever per query with statistics of its own top-N list
+# (min-max stretches a list of poor matches to 0..1 like a list of perfect ones). A chunk
+# that one retriever did not return gets that retriever's exact score when a `fill`
+# function is given (dense: the cosine, BM25: the sparse sum), else the list's floor.
 
 def normalise(scores: np.ndarray, ref: np.ndarray, how: str = "minmax") -> np.ndarray:
     """`scores` scaled with statistics of `ref` (the retriever's own top-N scores)."""
