@@ -103,7 +103,7 @@ def main(argv=None) -> None:
         record("dense", [[int(c) for c in d_i[j] if c >= 0] for j in range(len(ids))])
         record("bm25", [[int(c) for c in b_i[j] if c >= 0] for j in range(len(ids))])
         for how in ("cc", "ccub", "abs"):
-            for a in ((0.6, 0.7, 0.8) if how != "abs" else (0.7, 0.75, 0.8, 0.85, 0.9, 0.95)):
+            for a in ((0.6, 0.7, 0.8) if how != "abs" else (0.7, 0.75, 0.78, 0.8, 0.82, 0.85, 0.9, 0.95)):
                 fused = [ranking(j, how, a) for j in range(len(ids))]
                 record(f"{how}-{a}", [[c for c, _ in f] for f in fused])
                 if (how, a) in (("cc", 0.7), ("abs", 0.8)):

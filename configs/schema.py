@@ -132,7 +132,7 @@ class RetrieveConfig(_Strict):
     # score), a chunk missing from one list scored exactly there; rrf: reciprocal rank fusion
     # (rrf_k, dense_weight, bm25_weight). Chosen on the dev sets (README, "Quality").
     fusion: Literal["rrf", "convex"] = "convex"
-    fusion_alpha: float = Field(0.8, ge=0, le=1)
+    fusion_alpha: float = Field(0.82, ge=0, le=1)
     fusion_norm: Literal["minmax", "zscore", "max", "bound"] = "bound"
     bm25_k1: Optional[float] = Field(None, gt=0)  # None: the artifact's (1.2)
     bm25_b: Optional[float] = Field(None, ge=0, le=1)  # None: the artifact's (0.75)
@@ -156,7 +156,7 @@ class AnswerConfig(_Strict):
     # evidence "model": the probability that the chunks answer the question (a logistic model over
     # sentence and retrieval scores, extract.EVIDENCE_MODEL); "sentence": best cosine + lexical share
     evidence: Literal["model", "sentence"] = "model"
-    threshold: Optional[float] = Field(None, ge=-1, le=2)  # None: 0.49 for evidence model, 0.58 for sentence
+    threshold: Optional[float] = Field(None, ge=-1, le=2)  # None: 0.5 for evidence model, 0.58 for sentence
     # extractive sentence selection (transforms/query/extract.py)
     gap: float = Field(0.10, ge=0, le=2)  # keep sentences scoring within this of the best
     lexical_weight: float = Field(0.7, ge=0, le=2)  # share of the question's (idf-weighted) words
@@ -182,7 +182,7 @@ class AnswerConfig(_Strict):
     def evidence_threshold(self) -> float:
         if self.threshold is not None:
             return self.threshold
-        return 0.49 if self.evidence == "model" else 0.58
+        return 0.5 if self.evidence == "model" else 0.58
 
 
 class OutputConfig(_Strict):
