@@ -182,8 +182,15 @@ def selection_experiment(a, sets, l2=1e-2) -> dict:
     out = {"weights": dict(zip(SELECTION_FEATURES, np.round(w, 4).tolist()))}
     for name, r in rows.items():
         n = len(sets[name])
+        ranks = [next((k for k, i in enumerate(np.argsort(-h, kind="stable")) if y[i]), None) for _, y, h in r]
         out[name] = {"hand_top1": sum(bool(y[int(np.argmax(h))]) for _, y, h in r) / n,
-                     "listwise_top1": sum(bool(y[int(np.argmax(x @ w))]) for x, y, _ in r) / n}
+                     "listwise_top1": sum(bool(y[int(np.argmax(x @ w))]) for x, y, _ in r) / n,
+                     # the ceiling of a k-sentence answer under the hand score
+                     "hand_gold_in_top_k": {k: sum(1 for x in ranks if x is not None and x < k) / n for k in (1, 2, 3)},
+                     "gold_in_top_chunk": sum(bool(q["head"]) and M.contains_span(q["head"][0].text or "", q["answers"])
+                                              for q in sets[name]) / n,
+                     "gold_in_top_chunks": sum(any(M.contains_span(c.text or "", q["answers"])
+                                                   for c in q["head"][:a.p.top_chunks]) for q in sets[name]) / n}
     return out
 
 
