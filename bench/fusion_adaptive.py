@@ -4,8 +4,8 @@
 
 Like bench.fusion_variants (same depth, same scoring), with BM25 scaled by an absolute bound
 instead of (or besides) its per-query min-max:
-  ub          bm25 / sum over the query's terms of the term's highest posting weight
-              (a WAND-style upper bound: 1.0 = every term at its best in one chunk)
+  ub          the query's BM25 bound (BM25Index.bounds: each known term's highest posting
+              weight, plus a once-seen term's weight for each term the index lacks)
   cc-a        today's: a*minmax(dense) + (1-a)*minmax(bm25)
   ccub-a      a*minmax(dense) + (1-a)*conf*minmax(bm25), conf = top bm25 / ub (BM25 counts as
               much as its best match covers the query's terms)
@@ -28,7 +28,8 @@ from transforms.query.fuse import bm25_scores_for, normalise, _scores_on, _valid
 SETS = {"cranfield": ("cranfield", None), "vaswani": ("vaswani-npl", None),
         "msmarco": ("msmarco-trecdl19-subset", None), "msmarco-off": ("msmarco-trecdl19-subset", None),
         "msmarco-95": ("msmarco-trecdl19-subset", None),
-        "squad": ("squad-dev-half", 500), "debian-docs": ("debian-docs", 300)}
+        "squad": ("squad-dev-half", 500), "debian-docs": ("debian-docs", 300),
+        "debian-docs-off": ("debian-docs", 300)}
 
 
 def main(argv=None) -> None:
@@ -59,9 +60,8 @@ def main(argv=None) -> None:
         d_s, d_i = e.dense.search(qv, N, ev.public)
         b_s, b_i = e.bm25.search(texts, N, ev.public)
         terms = e.bm25.query_terms(texts)
+        bounds = e.bm25.bounds(texts)
         bm = e.bm25
-        tmax = np.array([bm.post_w[bm.term_ptr[t]:bm.term_ptr[t + 1]].max() if bm.term_ptr[t + 1] > bm.term_ptr[t] else 0.0
-                         for t in range(len(bm.term_ptr) - 1)], np.float64)
         mat = e.dense.matrix
 
         def ranking(j, how, a):
@@ -72,7 +72,7 @@ def main(argv=None) -> None:
                 return []
             nd = _scores_on(union, di, ds_, lambda c: mat[c] @ qv[j])
             nb = _scores_on(union, bi, bs, lambda c: bm25_scores_for(bm, terms[j], c))
-            ub = float(tmax[terms[j]].sum()) if len(terms[j]) else 1.0
+            ub = float(bounds[j]) if bounds[j] > 0 else 1.0
             if how == "cc":
                 f = a * normalise(nd, ds_) + (1 - a) * normalise(nb, bs)
             elif how == "ccub":

@@ -329,8 +329,11 @@ def test_candidates_carry_fixed_scale_scores_and_evidence_is_a_probability(gated
         qn = qv / np.linalg.norm(qv, axis=1, keepdims=True)
         for j, cands in enumerate(engine.retrieve(qs)):
             terms = engine.bm25.query_terms([qs[j].question])[0]
-            bound = engine.bm25.bound(terms)
-            for c in cands:
+            bound = engine.bm25.bounds([qs[j].question])[0]
+            # every chunk the answerer may see has them (the rest of the list is not scored)
+            assert engine.scored_head == cfg.answer.top_chunks and len(cands) > engine.scored_head
+            assert all(c.dense_cosine is None for c in cands[engine.scored_head:])
+            for c in cands[:engine.scored_head]:
                 assert c.dense_cosine == pytest.approx(float(engine.dense.matrix[c.chunk_no] @ qn[j]), abs=1e-5)
                 want = bm25_scores_for(engine.bm25, terms, np.array([c.chunk_no]))[0] / bound if bound else 0.0
                 assert c.bm25_coverage == pytest.approx(want, abs=1e-6) and 0.0 <= c.bm25_coverage <= 1.0 + 1e-6

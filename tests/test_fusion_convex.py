@@ -71,13 +71,16 @@ def test_bm25_fill_matches_index_scores(tmp_path):
     want[docs] = s
     np.testing.assert_allclose(got, want, rtol=1e-6)
     # the bound: no chunk scores above it, and a query of one term reaches it in that term's best chunk
-    for query in (q, ["cats"], ["quantum dogs mat"], ["nothing known"]):
-        t = bm.query_terms(query)[0]
-        scores = bm25_scores_for(bm, t, np.arange(4))
-        assert (scores <= bm.bound(t) + 1e-6).all()
-    one = bm.query_terms(["mat"])[0]
-    assert np.isclose(bm25_scores_for(bm, one, np.arange(4)).max(), bm.bound(one))
-    assert bm.bound(bm.query_terms(["nothing known"])[0]) == 0.0
+    queries = ["cat dog mat", "cats", "quantum dogs mat", "mat", "zebra quokka", "mat zebra"]
+    bounds = bm.bounds(queries)
+    for query, bound in zip(queries, bounds):
+        assert (bm25_scores_for(bm, bm.query_terms([query])[0], np.arange(4)) <= bound + 1e-6).all()
+    best_mat = bm25_scores_for(bm, bm.query_terms(["mat"])[0], np.arange(4)).max()
+    assert np.isclose(best_mat, bounds[3])
+    # words the index never saw still count in the bound: a question mostly about something
+    # else cannot reach full coverage through its one known word
+    assert np.isclose(bounds[4], 2 * bm.unseen_term_weight) and bm.unseen_term_weight > 0
+    assert np.isclose(bounds[5], best_mat + bm.unseen_term_weight)
     con.close()
 
 

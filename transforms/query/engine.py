@@ -83,6 +83,9 @@ class QAEngine:
         else:
             self.reranker = make_reranker("none")
         a = cfg.answer
+        # candidates that get fixed-scale scores (absolute_scores): every chunk the answerer
+        # may see, i.e. its top_chunks, or the reranker's whole head when a reranker reorders it
+        self.scored_head = a.top_chunks if r.kind == "none" else max(a.top_chunks, r.top_n)
         if a.kind == "extractive":
             self.answerer = SentenceAnswerer(self.embedder, self.sentences, SentenceParams(
                 max_sentences=a.max_sentences, top_chunks=a.top_chunks, threshold=a.evidence_threshold, gap=a.gap,
@@ -119,18 +122,21 @@ class QAEngine:
             d_scores, d_ids = search_hnsw(self.con, qvecs, dense_n, allowed)
         b_scores, b_ids = self.bm25.search(texts, bm25_n, allowed)
         terms = self.bm25.query_terms(texts)
+        bounds = self.bm25.bounds(texts)
         qn = qvecs / np.clip(np.linalg.norm(qvecs, axis=1, keepdims=True), 1e-12, None)
         out = []
         for j in range(len(texts)):
             dense = [(int(i), float(s)) for i, s in zip(d_ids[j], d_scores[j]) if i >= 0]
             bm25 = [(int(i), float(s)) for i, s in zip(b_ids[j], b_scores[j]) if i >= 0]
-            fused = self.fuse(d_ids[j], d_scores[j], b_ids[j], b_scores[j], qvec=qn[j], terms=terms[j])
+            fused = self.fuse(d_ids[j], d_scores[j], b_ids[j], b_scores[j], qvec=qn[j], terms=terms[j],
+                              bm25_bound=float(bounds[j]))
             out.append(Rankings(dense, bm25, [(int(c), float(s)) for c, s in fused],
-                                qvec=qn[j], terms=terms[j]))
+                                qvec=qn[j], terms=terms[j], bm25_bound=float(bounds[j])))
         return out
 
     def fuse(self, d_ids, d_scores, b_ids, b_scores, top_n: Optional[int] = None,
-             qvec: Optional[np.ndarray] = None, terms: Optional[np.ndarray] = None) -> list[tuple[int, float]]:
+             qvec: Optional[np.ndarray] = None, terms: Optional[np.ndarray] = None,
+             bm25_bound: Optional[float] = None) -> list[tuple[int, float]]:
         """One question's fused ranking [(chunk_no, score)] from its dense and BM25 lists
         (retrieve.fusion). Convex fusion takes each retriever's top dense_top_n / bm25_top_n
         (so a deeper list, the eval's, fuses exactly what the answer job fuses) and scores a
@@ -141,10 +147,9 @@ class QAEngine:
             nd, nb = rc.dense_top_n, rc.bm25_top_n
             dfill = (lambda c: self.dense.matrix[c] @ qvec) if qvec is not None else None
             bfill = (lambda c: bm25_scores_for(self.bm25, terms, c)) if terms is not None else None
-            bound = self.bm25.bound(terms) if terms is not None else None
             return convex_fuse(d_ids[:nd], d_scores[:nd], b_ids[:nb], b_scores[:nb], alpha=rc.fusion_alpha,
                                norm=rc.fusion_norm, top_n=top_n, dense_fill=dfill, bm25_fill=bfill,
-                               bm25_bound=bound)
+                               bm25_bound=bm25_bound)
         return rrf_fuse({"dense": [int(i) for i in d_ids if i >= 0], "bm25": [int(i) for i in b_ids if i >= 0]},
                         k=rc.rrf_k, weights={"dense": rc.dense_weight, "bm25": rc.bm25_weight}, top_n=top_n)
 
@@ -157,13 +162,13 @@ class QAEngine:
         for r in rankings:
             dense_rank = {c: i for i, (c, _) in enumerate(r.dense, 1)}
             bm25_rank = {c: i for i, (c, _) in enumerate(r.bm25, 1)}
-            head = np.array([c for c, _ in r.fused[:n]], np.int64)
+            head = np.array([c for c, _ in r.fused[:self.scored_head]], np.int64)
             cos, cover = self.absolute_scores(r, head)
             cands = []
             for rank, (c, score) in enumerate(r.fused[:n], 1):
+                extra = {"dense_cosine": cos[rank - 1], "bm25_coverage": cover[rank - 1]} if rank <= len(head) else {}
                 cands.append(replace(by_no[c], score=score, rank=rank, first_stage_score=score,
-                                     dense_rank=dense_rank.get(c), bm25_rank=bm25_rank.get(c),
-                                     dense_cosine=cos[rank - 1], bm25_coverage=cover[rank - 1]))
+                                     dense_rank=dense_rank.get(c), bm25_rank=bm25_rank.get(c), **extra))
             out.append(cands)
         return out
 
@@ -174,7 +179,7 @@ class QAEngine:
         if r.qvec is None or not len(chunk_nos):
             return [None] * len(chunk_nos), [None] * len(chunk_nos)
         cos = self.dense.matrix[chunk_nos] @ r.qvec
-        bound = self.bm25.bound(r.terms) if r.terms is not None else 0.0
+        bound = r.bm25_bound or 0.0
         bm = bm25_scores_for(self.bm25, r.terms, chunk_nos) / bound if bound > 0 else np.zeros(len(chunk_nos))
         return [float(x) for x in cos], [float(x) for x in bm]
 
@@ -275,6 +280,7 @@ class Rankings:
     fused: list[tuple[int, float]]
     qvec: Optional[np.ndarray] = field(default=None, repr=False)  # the unit question vector
     terms: Optional[np.ndarray] = field(default=None, repr=False)  # its distinct BM25 term ids
+    bm25_bound: Optional[float] = None  # its best possible BM25 score (BM25Index.bounds)
 
 
 def _chat_client(a):

@@ -89,7 +89,7 @@ def type_match(kind: str | None, sentence: str, question_words: set[str]) -> flo
 
 # Fitted by `python -m bench.answer_fit` (bench/results/answer_fit.json) on the SQuAD tune
 # sample: weights of (sentence evidence, best chunk cosine, best BM25 coverage), then the bias.
-EVIDENCE_MODEL = (5.32, 11.135, 8.825, -12.055)
+EVIDENCE_MODEL = (5.866, 10.719, 8.035, -11.806)
 
 
 @dataclass

@@ -178,9 +178,21 @@ class BM25Index:
         if has.any():
             self.term_max[has] = np.maximum.reduceat(self.post_w.astype(np.float64), self.term_ptr[:-1][has])
 
-    def bound(self, term_ids: np.ndarray) -> float:
-        """Upper bound of a query's BM25 score: the sum of its distinct terms' best weights."""
-        return float(self.term_max[np.asarray(term_ids, np.int64)].sum()) if len(term_ids) else 0.0
+        # a query term the index has never seen scores nothing, but it is part of what was asked:
+        # it counts in the bound as a term seen once in one average-length chunk would
+        self.unseen_term_weight = float(np.log10((num_docs - 1 + 0.5) / (1 + 0.5) + 1))
+
+    def bounds(self, queries: list[str]) -> np.ndarray:
+        """Per query, its best possible BM25 score: its distinct known terms' highest weights
+        plus unseen_term_weight for each distinct term the index does not hold. A chunk's
+        score over this bound says how much of the question it matches, on one scale for all
+        questions."""
+        out = np.zeros(len(queries), np.float64)
+        for j, toks in enumerate(self.analyzer.analyze(queries)):
+            known = {self.vocab[t] for t in toks if t in self.vocab}
+            unseen = len(set(toks)) - len({t for t in toks if t in self.vocab})
+            out[j] = self.term_max[sorted(known)].sum() + unseen * self.unseen_term_weight
+        return out
 
     def query_terms(self, queries: list[str]) -> list[np.ndarray]:
         """Distinct known term ids per query (match_bm25 also dedups query terms)."""
