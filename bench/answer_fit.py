@@ -1,6 +1,6 @@
 """Fit the extractive answerer's evidence model on SQuAD (tune sample) and report both samples.
 
-    python -m bench.answer_fit --index out/base/squad/index [--dataset ../shared/data/squad-dev-half]
+    python -m bench.answer_fit --index out/eval/squad/index [--dataset ../shared/data/squad-dev-half]
 
 Two disjoint question samples, drawn as bench.answer_variants draws them: "tune" (seed 1, 500
 questions outside the eval sample) fits the weights and picks the threshold; "eval" (the 500
@@ -197,14 +197,15 @@ def selection_experiment(a, sets, l2=1e-2) -> dict:
 def main(argv=None) -> None:
     from bench.answer_variants import collect, score_set
     from configs.schema import load_config
-    from transforms.evaluation.datasets import DocLabels, load_dataset, sample_ids
+    from bench.common import DATA_ROOT, squad_samples
+    from transforms.evaluation.datasets import DocLabels, load_dataset
     from transforms.evaluation.evaluator import Evaluator
     from transforms.index.publish import resolve_index
     from transforms.query.extract import SentenceAnswerer, SentenceParams
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--index", default="out/base/squad/index")
-    ap.add_argument("--dataset", default=str(ROOT.parent / "shared/data/squad-dev-half"))
+    ap.add_argument("--index", default="out/eval/squad/index")
+    ap.add_argument("--dataset", default=str(DATA_ROOT / "squad-dev-half"))
     ap.add_argument("--out", default="out/answer_fit")
     ap.add_argument("--results", default=str(ROOT / "bench/results/answer_fit.json"))
     args = ap.parse_args(argv)
@@ -212,8 +213,7 @@ def main(argv=None) -> None:
     cfg = load_config(None)
     vdir = resolve_index(args.index)
     ds = load_dataset(args.dataset)
-    eval_ids = sample_ids(ds.queries, 500, 0)
-    tune_ids = sample_ids(sorted(set(ds.queries) - set(eval_ids)), 500, 1)
+    eval_ids, tune_ids = squad_samples(ds)
     ev = Evaluator(vdir, cfg)
     pkl = os.path.join(args.out, f"sets-{os.path.basename(vdir)}.pkl")
     if os.path.exists(pkl):

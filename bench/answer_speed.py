@@ -22,8 +22,6 @@ import json
 import pstats
 import time
 
-import numpy as np
-
 
 def load_questions(path: str, dedupe_qrels: str | None, limit: int | None):
     from transforms.query.records import Question
@@ -65,7 +63,6 @@ def main(argv=None) -> None:
     eng = QAEngine(resolve_index(args.index), cfg, spec)
     open_s = time.perf_counter() - t
     qs = load_questions(args.questions, args.dedupe_qrels, args.limit)
-    texts = [q.question for q in qs]
     bs = args.batch
 
     def batches():

@@ -1,6 +1,6 @@
 """Sentence vectors at index time (late chunking vs separate) and extractive selection, on SQuAD.
 
-    python -m bench.answer_variants --index out/base/squad/index [--dataset ../shared/data/squad-dev-half]
+    python -m bench.answer_variants --index out/eval/squad/index [--dataset ../shared/data/squad-dev-half]
 
 Retrieval runs once per question (normally, and again with the question's whole article
 hidden, as `ragbeam eval` does); then every (sentence-vector kind, storage type, answerer
@@ -19,7 +19,8 @@ import time
 
 import numpy as np
 
-from transforms.evaluation.datasets import DocLabels, load_dataset, sample_ids
+from bench.common import DATA_ROOT, squad_samples
+from transforms.evaluation.datasets import DocLabels, load_dataset
 from transforms.evaluation.evaluator import BATCH, Evaluator, unanswerable_masks
 from transforms.evaluation import metrics as M
 from transforms.query.cite import strip_markers
@@ -97,8 +98,8 @@ def main(argv=None) -> None:
     from transforms.ingest.sentvec import SentenceStore
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--index", default="out/base/squad/index")
-    ap.add_argument("--dataset", default="/work/shared/data/squad-dev-half")
+    ap.add_argument("--index", default="out/eval/squad/index")
+    ap.add_argument("--dataset", default=str(DATA_ROOT / "squad-dev-half"))
     ap.add_argument("--out", default="out/answer_variants")
     ap.add_argument("--grid", default="vectors")
     ap.add_argument("--kinds", default="late,separate")
@@ -107,9 +108,7 @@ def main(argv=None) -> None:
     cfg = load_config(None)
     vdir = resolve_index(args.index)
     ds = load_dataset(args.dataset)
-    eval_ids = sample_ids(ds.queries, 500, 0)
-    rest = sorted(set(ds.queries) - set(eval_ids))
-    tune_ids = sample_ids(rest, 500, 1)
+    eval_ids, tune_ids = squad_samples(ds)
     ev = Evaluator(vdir, cfg)
     labels = DocLabels(vdir, {d for q in eval_ids + tune_ids for d in ds.qrels[q]})
     t = time.perf_counter()

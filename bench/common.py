@@ -39,3 +39,35 @@ def chunk_embed_texts(version_dir: str) -> list[str]:
 
     t = read_table(version_dir, CHUNKS_DIR, ["chunk_id", "context", "text"]).sort_by("chunk_id")
     return [f"{c}\n{x}" if c else x for c, x in zip(t.column("context").to_pylist(), t.column("text").to_pylist())]
+
+
+# --- the dev sets in ../shared/data, as the quality benches open them ----------------------
+
+DATA_ROOT = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "data"
+# report name -> (folder under DATA_ROOT, seeded query sample size or None for all)
+DEV_SETS = {"cranfield": ("cranfield", None), "vaswani": ("vaswani-npl", None),
+            "msmarco": ("msmarco-trecdl19-subset", None), "squad": ("squad-dev-half", 500),
+            "debian-docs": ("debian-docs", 300)}
+
+
+def open_dev_set(index_dir: str, folder: str, max_queries, cfg):
+    """(Evaluator on the index's live version, query ids, their qrels in doc-id space, texts):
+    the sample `ragbeam eval --max-queries` draws (seed 0)."""
+    from transforms.evaluation.datasets import DocLabels, load_dataset, sample_ids
+    from transforms.evaluation.evaluator import Evaluator
+    from transforms.index.publish import resolve_index
+
+    vdir = resolve_index(index_dir)
+    ds = load_dataset(folder)
+    ids = sample_ids(ds.queries, max_queries, 0)
+    labels = DocLabels(vdir, {d for q in ids for d in ds.qrels[q]})
+    return Evaluator(vdir, cfg), ids, [labels.doc_qrels(ds.qrels[q]) for q in ids], [ds.queries[q] for q in ids]
+
+
+def squad_samples(ds) -> tuple[list[str], list[str]]:
+    """(eval, tune): the 500 questions `ragbeam eval --max-queries 500` scores (seed 0), and
+    500 others (seed 1) that settings are chosen on."""
+    from transforms.evaluation.datasets import sample_ids
+
+    eval_ids = sample_ids(ds.queries, 500, 0)
+    return eval_ids, sample_ids(sorted(set(ds.queries) - set(eval_ids)), 500, 1)

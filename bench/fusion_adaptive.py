@@ -1,6 +1,6 @@
 """Score-aware fusion variants that need no per-set weight, on every dev set index.
 
-    python -m bench.fusion_adaptive --sets cranfield,msmarco,squad [--root out/base]
+    python -m bench.fusion_adaptive [--sets cranfield,vaswani,msmarco,squad,debian-docs] [--root out/eval]
 
 Like bench.fusion_variants (same depth, same scoring), with BM25 scaled by an absolute bound
 instead of (or besides) its per-query min-max:
@@ -20,26 +20,21 @@ import os
 
 import numpy as np
 
+from bench.common import DATA_ROOT, DEV_SETS, open_dev_set
 from transforms.evaluation import metrics as M
-from transforms.evaluation.datasets import DocLabels, load_dataset, sample_ids
-from transforms.evaluation.evaluator import Evaluator
-from transforms.query.fuse import bm25_scores_for, normalise, _scores_on, _valid
+from transforms.query.fuse import _scores_on, _valid, bm25_scores_for, normalise
 
-SETS = {"cranfield": ("cranfield", None), "vaswani": ("vaswani-npl", None),
-        "msmarco": ("msmarco-trecdl19-subset", None), "msmarco-off": ("msmarco-trecdl19-subset", None),
-        "msmarco-95": ("msmarco-trecdl19-subset", None),
-        "squad": ("squad-dev-half", 500), "debian-docs": ("debian-docs", 300),
-        "debian-docs-off": ("debian-docs", 300)}
+# the dev sets, plus the extra indexes the near-duplicate comparison scores (ROOT/<name>/index)
+SETS = {**DEV_SETS, "msmarco-off": DEV_SETS["msmarco"], "debian-docs-off": DEV_SETS["debian-docs"]}
 
 
 def main(argv=None) -> None:
     from configs.schema import load_config
-    from transforms.index.publish import resolve_index
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sets", default="cranfield,msmarco,squad")
-    ap.add_argument("--root", default="out/base")
-    ap.add_argument("--data", default="/work/shared/data")
+    ap.add_argument("--sets", default="cranfield,vaswani,msmarco,squad,debian-docs")
+    ap.add_argument("--root", default="out/eval", help="ROOT/<set>/index: the indexes `bench.eval_all` built")
+    ap.add_argument("--data", default=str(DATA_ROOT))
     ap.add_argument("--out", default="out/fusion_adaptive.jsonl")
     args = ap.parse_args(argv)
     cfg = load_config(None)
@@ -47,14 +42,9 @@ def main(argv=None) -> None:
     rows = []
     for name in args.sets.split(","):
         folder, maxq = SETS[name]
-        vdir = resolve_index(os.path.join(args.root, name, "index"))
-        ds = load_dataset(os.path.join(args.data, folder))
-        ids = sample_ids(ds.queries, maxq, 0)
-        ev = Evaluator(vdir, cfg)
+        ev, ids, qrels, texts = open_dev_set(os.path.join(args.root, name, "index"),
+                                             os.path.join(args.data, folder), maxq, cfg)
         e = ev.engine
-        labels = DocLabels(vdir, {d for q in ids for d in ds.qrels[q]})
-        qrels = [labels.doc_qrels(ds.qrels[q]) for q in ids]
-        texts = [ds.queries[q] for q in ids]
         qv = e.embedder.encode(texts)
         qv = qv / np.linalg.norm(qv, axis=1, keepdims=True)
         d_s, d_i = e.dense.search(qv, N, ev.public)

@@ -21,27 +21,22 @@ import time
 
 import numpy as np
 
-from transforms.evaluation.datasets import DocLabels, load_dataset, sample_ids
-from transforms.evaluation.evaluator import Evaluator
+from bench.common import DATA_ROOT, DEV_SETS as SETS, open_dev_set
 from transforms.evaluation import metrics as M
 from transforms.query.fuse import rrf_fuse
 from transforms.query.fuse import convex_fuse
 
-SETS = {"cranfield": ("cranfield", None), "vaswani": ("vaswani-npl", None),
-        "msmarco": ("msmarco-trecdl19-subset", None), "squad": ("squad-dev-half", 500),
-        "debian-docs": ("debian-docs", 300)}
 DEPTH = 200
 
 
 def main(argv=None) -> None:
     from configs.schema import load_config
-    from transforms.index.publish import resolve_index
     from transforms.query.retrieve import BM25Index
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--sets", default="cranfield,vaswani,msmarco,squad")
     ap.add_argument("--root", default="out/base")
-    ap.add_argument("--data", default="/work/shared/data")
+    ap.add_argument("--data", default=str(DATA_ROOT))
     ap.add_argument("--out", default="out/fusion_variants.jsonl")
     ap.add_argument("--top-n", type=int, default=50, help="per-retriever depth fused (production: 50)")
     args = ap.parse_args(argv)
@@ -49,13 +44,8 @@ def main(argv=None) -> None:
     rows = []
     for name in args.sets.split(","):
         folder, maxq = SETS[name]
-        vdir = resolve_index(os.path.join(args.root, name, "index"))
-        ds = load_dataset(os.path.join(args.data, folder))
-        ids = sample_ids(ds.queries, maxq, 0)
-        ev = Evaluator(vdir, cfg)
-        labels = DocLabels(vdir, {d for q in ids for d in ds.qrels[q]})
-        qrels = [labels.doc_qrels(ds.qrels[q]) for q in ids]
-        texts = [ds.queries[q] for q in ids]
+        ev, ids, qrels, texts = open_dev_set(os.path.join(args.root, name, "index"),
+                                             os.path.join(args.data, folder), maxq, cfg)
         t = time.perf_counter()
         qv = ev.engine.embedder.encode(texts)
         allowed = ev.public
