@@ -48,9 +48,8 @@ def main(argv=None) -> None:
         qv = e.embedder.encode(texts)
         qv = qv / np.linalg.norm(qv, axis=1, keepdims=True)
         d_s, d_i = e.dense.search(qv, N, ev.public)
-        b_s, b_i = e.bm25.search(texts, N, ev.public)
-        terms = e.bm25.query_terms(texts)
-        bounds = e.bm25.bounds(texts)
+        terms, bounds = e.bm25.analyze(texts)
+        b_s, b_i = e.bm25.search(texts, N, ev.public, terms=terms)
         bm = e.bm25
         mat = e.dense.matrix
 

@@ -3,9 +3,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from dataclasses import replace
 
@@ -16,6 +13,7 @@ from transforms.query.answer import (EXTRACTIVE_NOT_FOUND, GENERATOR_NOT_FOUND, 
                                AnswerResult, BedrockClient, ExtractiveAnswerer,
                                GeneratorAnswerer, OpenAICompatibleClient, build_prompt)
 from transforms.query.cite import check_citations, parse_citations
+from tests.fake_chat import chat_server
 from transforms.query.records import Candidate
 from transforms.query.fuse import rrf_fuse
 from transforms.query.rerank import (NoReranker, OnnxCrossEncoderReranker, SentenceEmbeddingReranker,
@@ -325,37 +323,10 @@ def test_cross_encoder_output_shapes(tmp_path, with_types, shape):
 
 # --- generator: OpenAI-compatible over a local HTTP server, Bedrock with a stub ---------
 
-class _Handler(BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append({"path": self.path, "body": body,
-                                     "auth": self.headers.get("Authorization")})
-        status, reply, delay = self.server.script.pop(0)
-        time.sleep(delay)
-        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}
-                          if status == 200 else {"error": reply}).encode()
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def llm_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.requests, server.script = [], []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with chat_server() as server:
+        yield server
 
 
 def test_openai_client_removes_invented_citation(llm_server):

@@ -7,15 +7,14 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from configs.schema import ConfigError, load_config
+from tests.fake_chat import chat_server
 from transforms.query.records import Candidate, InputError, Question
 
 HOSTILE = Path(__file__).parent / "hostile"
@@ -266,35 +265,10 @@ def test_12_rules_do_not_depend_on_where_the_listing_started(tmp_path):
 
 # --- generated answers are checked, not trusted ---------------------------------------------
 
-class _Reply(BaseHTTPRequestHandler):
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.server.auth.append(self.headers.get("Authorization"))
-        reply, delay = self.server.script.pop(0) if self.server.script else ("", 0)
-        time.sleep(delay)
-        data = json.dumps({"choices": [{"message": {"content": reply}}]}).encode()
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def hostile_llm():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Reply)
-    server.script, server.auth = [], []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with chat_server() as server:
+        yield server
 
 
 SOURCES = [
@@ -307,7 +281,7 @@ SOURCES = [
 
 def _generate(server, reply, **client_kw):
     from transforms.query.answer import GeneratorAnswerer, OpenAICompatibleClient
-    server.script.append((reply, 0))
+    server.script.append((200, reply, 0))
     client = OpenAICompatibleClient(f"http://127.0.0.1:{server.server_port}/v1", "tiny", **client_kw)
     (r,) = GeneratorAnswerer(client).answer(["How do I create parent dirs?"], [SOURCES])
     return r
@@ -334,7 +308,7 @@ def test_15_unsupported_sentences_and_invented_quotes_are_removed_and_counted(ho
 
 
 def test_16_timeout_retries_and_budget_are_settings(hostile_llm, tmp_path):
-    from transforms.query.answer import GeneratorAnswerer, OpenAICompatibleClient
+    from transforms.query.answer import GeneratorAnswerer
     from transforms.query.engine import _chat_client
     cfg = load_config(write(tmp_path, f"""
 answer: {{kind: openai, base_url: 'http://127.0.0.1:{hostile_llm.server_port}/v1', model: tiny,
@@ -342,11 +316,11 @@ answer: {{kind: openai, base_url: 'http://127.0.0.1:{hostile_llm.server_port}/v1
 """), environ={})
     client = _chat_client(cfg.answer)
     assert (client.timeout, client.retries, client.budget_s) == (0.3, 1, 1.0)
-    hostile_llm.script += [("slow [1].", 2), ("slow [1].", 2)]
+    hostile_llm.script += [(200, "slow [1].", 2), (200, "slow [1].", 2)]
     t0 = time.monotonic()
     (r,) = GeneratorAnswerer(client).answer(["q"], [SOURCES])
     assert r.status == "error" and "failed" in r.error and time.monotonic() - t0 < 1.5  # 2 tries x 0.3 s
-    hostile_llm.script += [("slow [1].", 2)] * 4
+    hostile_llm.script += [(200, "slow [1].", 2)] * 4
     results = GeneratorAnswerer(client, concurrency=1).answer(["q"] * 4, [SOURCES] * 4)
     assert "budget_s" in results[-1].error  # the rest fail at once once the budget is spent
     assert time.monotonic() - t0 < 4
@@ -388,7 +362,7 @@ def test_18_url_user_info_is_masked_in_error_records_and_the_manifest(hostile_ll
     (r,) = GeneratorAnswerer(client).answer(["q"], [SOURCES])
     assert r.status == "error" and "s3cr3tpw" not in r.error and "bob" not in r.error and "127.0.0.1:9" in r.error
     # reachable: the user info goes as a Basic auth header, not in the URL
-    hostile_llm.script.append(("Use Path.mkdir(parents=True) [2].", 0))
+    hostile_llm.script.append((200, "Use Path.mkdir(parents=True) [2].", 0))
     client = OpenAICompatibleClient(f"http://bob:s3cr3tpw@127.0.0.1:{hostile_llm.server_port}/v1", "tiny",
                                     timeout=5)
     (r,) = GeneratorAnswerer(client).answer(["q"], [SOURCES])

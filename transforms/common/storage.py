@@ -98,16 +98,26 @@ def download_file(uri: str, local_path: str, s3: Optional[S3Settings] = None) ->
     os.replace(tmp, local_path)
 
 
+def _s3_object(uri: str, s3: Optional[S3Settings], head: bool = False) -> Optional[dict]:
+    """The get_object (head_object) response for an s3:// URI, or None if there is no such
+    object: the one place a missing object is told apart from other S3 errors."""
+    from botocore.exceptions import ClientError
+    bucket, key = split_s3_uri(uri)
+    client = s3_client(s3)
+    try:
+        return (client.head_object if head else client.get_object)(Bucket=bucket, Key=key)
+    except ClientError as e:
+        if is_not_found(e):
+            return None
+        raise
+
+
 def read_bytes(uri: str, s3: Optional[S3Settings] = None) -> bytes:
     if is_s3(uri):
-        from botocore.exceptions import ClientError
-        bucket, key = split_s3_uri(uri)
-        try:
-            return s3_client(s3).get_object(Bucket=bucket, Key=key)["Body"].read()
-        except ClientError as e:  # one exception for a missing file, local or remote
-            if is_not_found(e):
-                raise FileNotFoundError(uri) from None
-            raise
+        r = _s3_object(uri, s3)
+        if r is None:  # one exception for a missing file, local or remote
+            raise FileNotFoundError(uri)
+        return r["Body"].read()
     with open(uri, "rb") as f:
         return f.read()
 
@@ -118,15 +128,7 @@ def read_text(uri: str, s3: Optional[S3Settings] = None) -> str:
 
 def exists(uri: str, s3: Optional[S3Settings] = None) -> bool:
     if is_s3(uri):
-        from botocore.exceptions import ClientError
-        bucket, key = split_s3_uri(uri)
-        try:
-            s3_client(s3).head_object(Bucket=bucket, Key=key)
-            return True
-        except ClientError as e:
-            if is_not_found(e):
-                return False
-            raise
+        return _s3_object(uri, s3, head=True) is not None
     return os.path.exists(uri)
 
 
@@ -232,15 +234,8 @@ def _conditional_put(uri: str, data: bytes, s3: Optional[S3Settings], **cond) ->
 
 def read_with_etag(uri: str, s3: Optional[S3Settings] = None) -> Optional[tuple[bytes, str]]:
     """(body, ETag) of an S3 object, or None if there is none."""
-    from botocore.exceptions import ClientError
-    bucket, key = split_s3_uri(uri)
-    try:
-        r = s3_client(s3).get_object(Bucket=bucket, Key=key)
-    except ClientError as e:
-        if is_not_found(e):
-            return None
-        raise
-    return r["Body"].read(), r["ETag"]
+    r = _s3_object(uri, s3)
+    return None if r is None else (r["Body"].read(), r["ETag"])
 
 
 def delete_if_match(uri: str, etag: str, s3: Optional[S3Settings] = None) -> None:
@@ -253,14 +248,9 @@ def delete_if_match(uri: str, etag: str, s3: Optional[S3Settings] = None) -> Non
 def stat(uri: str, s3: Optional[S3Settings] = None) -> Optional[dict]:
     """{"size", "mtime", "etag"} of a file/object, or None if there is none."""
     if is_s3(uri):
-        from botocore.exceptions import ClientError
-        bucket, key = split_s3_uri(uri)
-        try:
-            h = s3_client(s3).head_object(Bucket=bucket, Key=key)
-        except ClientError as e:
-            if is_not_found(e):
-                return None
-            raise
+        h = _s3_object(uri, s3, head=True)
+        if h is None:
+            return None
         return {"size": h["ContentLength"], "mtime": h["LastModified"].timestamp(), "etag": h.get("ETag")}
     try:
         st = os.stat(uri)

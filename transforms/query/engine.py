@@ -120,9 +120,8 @@ class QAEngine:
             d_scores, d_ids = self.dense.search(qvecs, dense_n, allowed)
         else:
             d_scores, d_ids = search_hnsw(self.con, qvecs, dense_n, allowed)
-        b_scores, b_ids = self.bm25.search(texts, bm25_n, allowed)
-        terms = self.bm25.query_terms(texts)
-        bounds = self.bm25.bounds(texts)
+        terms, bounds = self.bm25.analyze(texts)  # one analysis for the search, the fill and the bound
+        b_scores, b_ids = self.bm25.search(texts, bm25_n, allowed, terms=terms)
         qn = qvecs / np.clip(np.linalg.norm(qvecs, axis=1, keepdims=True), 1e-12, None)
         out = []
         for j in range(len(texts)):

@@ -182,26 +182,30 @@ class BM25Index:
         # it counts in the bound as a term seen once in one average-length chunk would
         self.unseen_term_weight = float(np.log10((num_docs - 1 + 0.5) / (1 + 0.5) + 1))
 
-    def bounds(self, queries: list[str]) -> np.ndarray:
-        """Per query, its best possible BM25 score: its distinct known terms' highest weights
-        plus unseen_term_weight for each distinct term the index does not hold. A chunk's
-        score over this bound says how much of the question it matches, on one scale for all
-        questions."""
-        out = np.zeros(len(queries), np.float64)
+    def analyze(self, queries: list[str]) -> tuple[list[np.ndarray], np.ndarray]:
+        """One analysis of a batch: per query, its distinct known term ids (match_bm25 also
+        dedups query terms) and its best possible BM25 score, the known terms' highest
+        weights plus unseen_term_weight for each distinct term the index does not hold. A
+        chunk's score over that bound says how much of the question it matches, on one scale
+        for all questions."""
+        terms, bounds = [], np.zeros(len(queries), np.float64)
         for j, toks in enumerate(self.analyzer.analyze(queries)):
-            known = {self.vocab[t] for t in toks if t in self.vocab}
-            unseen = len(set(toks)) - len({t for t in toks if t in self.vocab})
-            out[j] = self.term_max[sorted(known)].sum() + unseen * self.unseen_term_weight
-        return out
+            distinct = set(toks)
+            known = np.array(sorted({self.vocab[t] for t in distinct if t in self.vocab}), np.int64)
+            terms.append(known)
+            bounds[j] = self.term_max[known].sum() + (len(distinct) - len(known)) * self.unseen_term_weight
+        return terms, bounds
+
+    def bounds(self, queries: list[str]) -> np.ndarray:
+        return self.analyze(queries)[1]
 
     def query_terms(self, queries: list[str]) -> list[np.ndarray]:
-        """Distinct known term ids per query (match_bm25 also dedups query terms)."""
-        return [np.array(sorted({self.vocab[t] for t in toks if t in self.vocab}), np.int64)
-                for toks in self.analyzer.analyze(queries)]
+        return self.analyze(queries)[0]
 
-    def scores(self, queries: list[str]):
-        """Sparse batch product: (query_ids, chunk_nos, scores), grouped by query."""
-        qt = self.query_terms(queries)
+    def scores(self, queries: list[str], terms: Optional[list[np.ndarray]] = None):
+        """Sparse batch product: (query_ids, chunk_nos, scores), grouped by query. `terms`:
+        the queries' term ids when the caller has analysed them already."""
+        qt = self.query_terms(queries) if terms is None else terms
         qid = np.repeat(np.arange(len(qt)), [len(t) for t in qt])
         terms = np.concatenate(qt) if qt else np.zeros(0, np.int64)
         starts, lens = self.term_ptr[terms], self.term_ptr[terms + 1] - self.term_ptr[terms]
@@ -212,8 +216,9 @@ class BM25Index:
         sums = np.bincount(inv, weights=self.post_w[offs], minlength=len(uniq))
         return uniq // self.n, uniq % self.n, sums
 
-    def search(self, queries: list[str], top_n: int, allowed: Optional[np.ndarray] = None):
-        q_of, docs_all, s_all = self.scores(queries)
+    def search(self, queries: list[str], top_n: int, allowed: Optional[np.ndarray] = None,
+               terms: Optional[list[np.ndarray]] = None):
+        q_of, docs_all, s_all = self.scores(queries, terms)
         bounds = np.searchsorted(q_of, np.arange(len(queries) + 1))
         out_s = np.full((len(queries), top_n), -np.inf, np.float32)
         out_i = np.full((len(queries), top_n), -1, np.int64)
