@@ -1,6 +1,6 @@
 """First-stage fusion variants on every dev set, scored like `ragbeam eval` (document nDCG@10).
 
-    python -m bench.fusion_variants --sets cranfield,vaswani,msmarco,squad [--root out/base]
+    python -m bench.fusion_variants --sets cranfield,vaswani,msmarco,squad [--root out/eval]
 
 For each set, the index built by `ragbeam eval` (ROOT/<set>/index) is opened once; dense
 and BM25 run over every judged query (depth 200 like the eval), and each variant fuses
@@ -35,7 +35,7 @@ def main(argv=None) -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--sets", default="cranfield,vaswani,msmarco,squad")
-    ap.add_argument("--root", default="out/base")
+    ap.add_argument("--root", default="out/eval", help="ROOT/<set>/index: the indexes `bench.eval_all` built")
     ap.add_argument("--data", default=str(DATA_ROOT))
     ap.add_argument("--out", default="out/fusion_variants.jsonl")
     ap.add_argument("--top-n", type=int, default=50, help="per-retriever depth fused (production: 50)")
