@@ -64,10 +64,11 @@ def open_dev_set(index_dir: str, folder: str, max_queries, cfg):
     return Evaluator(vdir, cfg), ids, [labels.doc_qrels(ds.qrels[q]) for q in ids], [ds.queries[q] for q in ids]
 
 
-def squad_samples(ds) -> tuple[list[str], list[str]]:
+def squad_samples(ds, tune_size: int | None = 500) -> tuple[list[str], list[str]]:
     """(eval, tune): the 500 questions `ragbeam eval --max-queries 500` scores (seed 0), and
-    500 others (seed 1) that settings are chosen on."""
+    `tune_size` others (seed 1; None: all others) that settings are chosen on."""
     from transforms.evaluation.datasets import sample_ids
 
     eval_ids = sample_ids(ds.queries, 500, 0)
-    return eval_ids, sample_ids(sorted(set(ds.queries) - set(eval_ids)), 500, 1)
+    rest = sorted(set(ds.queries) - set(eval_ids))
+    return eval_ids, (rest if tune_size is None else sample_ids(rest, tune_size, 1))

@@ -151,18 +151,18 @@ class RerankConfig(_Strict):
 
 class AnswerConfig(_Strict):
     kind: Literal["extractive", "openai", "bedrock"] = "extractive"
-    max_sentences: int = Field(2, ge=1, le=20)
+    max_sentences: int = Field(3, ge=1, le=20)
     top_chunks: int = Field(5, ge=1, le=50)
     # evidence "model": the probability that the chunks answer the question (a logistic model over
     # sentence and retrieval scores, extract.EVIDENCE_MODEL); "sentence": best cosine + lexical share
     evidence: Literal["model", "sentence"] = "model"
-    threshold: Optional[float] = Field(None, ge=-1, le=2)  # None: 0.5 for evidence model, 0.58 for sentence
+    threshold: Optional[float] = Field(None, ge=-1, le=2)  # None: 0.34 for evidence model, 0.58 for sentence
     # extractive sentence selection (transforms/query/extract.py)
-    gap: float = Field(0.10, ge=0, le=2)  # keep sentences scoring within this of the best
+    gap: float = Field(0.12, ge=0, le=2)  # keep sentences scoring within this of the best
     lexical_weight: float = Field(0.7, ge=0, le=2)  # share of the question's (idf-weighted) words
     lexical_idf: bool = True  # weigh the question's words by inverse document frequency
     type_weight: float = Field(0.1, ge=0, le=2)  # the sentence holds the asked kind (year, number, name)
-    same_source_bonus: float = Field(0.05, ge=0, le=2)  # favour a 2nd sentence from the cited chunk
+    same_source_bonus: float = Field(0.1, ge=0, le=2)  # favour a 2nd sentence from the cited chunk
     evidence_lexical_weight: float = Field(0.5, ge=0, le=2)  # evidence = max(cos + this * lexical)
     rank_weight: float = Field(0.0, ge=0, le=2)  # bonus rank_weight / chunk rank
     mmr_lambda: float = Field(1.0, ge=0, le=1)
@@ -182,7 +182,7 @@ class AnswerConfig(_Strict):
     def evidence_threshold(self) -> float:
         if self.threshold is not None:
             return self.threshold
-        return 0.5 if self.evidence == "model" else 0.58
+        return 0.34 if self.evidence == "model" else 0.58
 
 
 class OutputConfig(_Strict):

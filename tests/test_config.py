@@ -48,7 +48,7 @@ def test_env_override_of_one_key(tmp_path):
 
 def test_answer_threshold_defaults_to_the_tuned_value_of_its_evidence_kind(tmp_path):
     # the two evidence scores live on different scales: one default threshold would not fit both
-    assert load_config(write(tmp_path, "answer: {evidence: model}"), environ={}).answer.evidence_threshold == 0.50
+    assert load_config(write(tmp_path, "answer: {evidence: model}"), environ={}).answer.evidence_threshold == 0.34
     assert load_config(write(tmp_path, "answer: {evidence: sentence}"), environ={}).answer.evidence_threshold == 0.58
     assert load_config(write(tmp_path, "answer: {evidence: sentence, threshold: 0.3}"),
                        environ={}).answer.evidence_threshold == 0.3
@@ -71,14 +71,14 @@ def _example_expectations():
             ((c.artifacts.hnsw.m, c.artifacts.hnsw.ef_construction, c.artifacts.hnsw.ef_search), (16, 128, 64)),
             (c.index.keep_versions, 3), (c.retrieve.mode, "auto"), (c.retrieve.rrf_k, 60),
             (c.rerank.kind, "none"), (c.answer.kind, "extractive"), (c.answer.evidence, "model"),
-            (c.answer.threshold, 0.50), (c.answer.evidence_threshold, 0.50),
-            (c.answer.max_sentences, 2), (c.retrieve.fusion, "convex"), (c.retrieve.fusion_alpha, 0.82),
+            (c.answer.threshold, 0.34), (c.answer.evidence_threshold, 0.34),
+            (c.answer.max_sentences, 3), (c.answer.gap, 0.12), (c.answer.same_source_bonus, 0.1), (c.retrieve.fusion, "convex"), (c.retrieve.fusion_alpha, 0.82),
             (c.retrieve.fusion_norm, "bound"),
             (c.output.format, "jsonl"), (c.output.retrieved_top_k, 10), (c.gate, None),
             (c.s3.endpoint_url, None), (c.s3.access_key_id, None)],
         "eval-rerank.yaml": lambda c: [
             (c.runner.name, "DirectRunner"), (c.runner.direct_running_mode, "in_memory"),
-            (c.rerank.kind, "embedding"), (c.answer.threshold, None), (c.answer.evidence_threshold, 0.50)],
+            (c.rerank.kind, "embedding"), (c.answer.threshold, None), (c.answer.evidence_threshold, 0.34)],
         "local-s3.yaml": lambda c: [
             (c.runner.name, "DirectRunner"), (c.s3.endpoint_url, "http://127.0.0.1:8333"),
             (c.s3.region, "us-east-1"),  # ${AWS_REGION:-us-east-1} with AWS_REGION unset

@@ -137,19 +137,21 @@ def test_evidence_model_weighs_retrieval_scores_into_a_probability(embedder):
     matches well; the evidence is a probability either way."""
     from dataclasses import replace
 
+    from configs.schema import AnswerConfig
     from transforms.query.extract import EVIDENCE_MODEL
 
     _, spans, vecs = chunk_sentence_vectors(embedder, embed_texts(), TEXTS, kind="late")
     store = SentenceStore.from_lists(spans, vecs)
     q = ["How do I create missing parent directories with pathlib?"]
     qv = embedder.encode(q)
-    ans = SentenceAnswerer(None, store, SentenceParams(gap=0.0, threshold=0.50, evidence_model=EVIDENCE_MODEL))
+    threshold = AnswerConfig().evidence_threshold  # the shipped model at its shipped threshold
+    ans = SentenceAnswerer(None, store, SentenceParams(gap=0.0, threshold=threshold, evidence_model=EVIDENCE_MODEL))
     strong = [replace(c, dense_cosine=0.7, bm25_coverage=0.6) for c in cands()]
     weak = [replace(c, dense_cosine=0.05, bm25_coverage=0.0) for c in cands()]
     [yes] = ans.answer(q, [strong], qvecs=qv)
     [no] = ans.answer(q, [weak], qvecs=qv)
-    assert yes.status == "answered" and 0.50 <= yes.evidence_score <= 1.0
-    assert no.status == "not_found" and 0.0 <= no.evidence_score < 0.50
+    assert yes.status == "answered" and threshold <= yes.evidence_score <= 1.0
+    assert no.status == "not_found" and 0.0 <= no.evidence_score < threshold
     sentence_only = SentenceAnswerer(None, store, SentenceParams(gap=0.0, threshold=0.5))
     assert sentence_only.answer(q, [weak], qvecs=qv)[0].status == "answered"  # the old evidence ignores retrieval
 
