@@ -137,7 +137,8 @@ def bench_retrieval(cfg, index: dict, questions: list[dict], n_answer: int, batc
     report.add(Figure(SECTION, "load: QAEngine open (matrices, BM25 postings)", load_engine.s, "s",
                       load_base.s, "bm25s index build + matrix load"))
 
-    # rerank + extractive answer, in batches of the job's batch size
+    # rerank + extractive answer, in batches of the job's batch size; answer and retrieval
+    # alternate, best of 3 each, so that neither gets the quieter moment of the machine
     sub = qs[:n_answer]
     engine.answer_batch(sub[:2], cfg.output.retrieved_top_k)  # warm-up
     encoded = count_encodes(embedder)
@@ -145,13 +146,21 @@ def bench_retrieval(cfg, index: dict, questions: list[dict], n_answer: int, batc
         for i in range(0, len(sub), cfg.output.batch_size):
             engine.answer_batch(sub[i:i + cfg.output.batch_size], cfg.output.retrieved_top_k)
     del embedder.encode  # back to the class method
-    with timed() as t_ret_sub:
-        for i in range(0, len(sub), cfg.output.batch_size):
-            engine.retrieve(sub[i:i + cfg.output.batch_size])
+    t_answer, t_retrieve = t_ans.s, float("inf")
+    for round_no in range(3):
+        if round_no:
+            with timed() as t:
+                for i in range(0, len(sub), cfg.output.batch_size):
+                    engine.answer_batch(sub[i:i + cfg.output.batch_size], cfg.output.retrieved_top_k)
+            t_answer = min(t_answer, t.s)
+        with timed() as t:
+            for i in range(0, len(sub), cfg.output.batch_size):
+                engine.retrieve(sub[i:i + cfg.output.batch_size])
+        t_retrieve = min(t_retrieve, t.s)
     engine.close()
-    ans_rate = _rate(len(sub), t_ans.s)
+    ans_rate = _rate(len(sub), t_answer)
     report.add(Figure(SECTION, f"answer_batch q/s: retrieve + {cfg.rerank.kind} rerank + {cfg.answer.kind} "
-                      f"({len(sub)} q)", ans_rate, "q/s", _rate(len(sub), t_ret_sub.s),
+                      f"({len(sub)} q, best of 3)", ans_rate, "q/s", _rate(len(sub), t_retrieve),
                       "QAEngine.retrieve alone, same questions",
                       note=f"{encoded['texts'] / max(len(sub), 1):.0f} texts embedded per question "
                            f"(questions + candidate sentences), {encoded['chars'] / max(encoded['texts'], 1):.0f} "

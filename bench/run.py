@@ -24,7 +24,7 @@ from bench.table import Report
 # OCR (section 5) costs ~5 s CPU per 10-line page at 300 dpi (~20 s for a dense A4 page):
 # 100 docs of which 10 scans, each OCR'd twice (alone, then inside the index job).
 SIZES = {
-    "full": dict(index_docs=1000, questions=256, batch=128, answer_questions=32,
+    "full": dict(index_docs=1000, questions=256, batch=128, answer_questions=256,
                  mem_base=60, mem_factors=(1, 4, 16), mem_questions=8, ocr_docs=100, ocr_lines=10,
                  s3_docs=40, s3_questions=40),
     "quick": dict(index_docs=40, questions=32, batch=16, answer_questions=8,
