@@ -4,7 +4,7 @@ local disk, and the answer job's peak RSS as the question file grows 1x -> 10x.
     python -m bench.s3_bench [--docs 40] [--questions 40]     (make bench-s3)
 
 Each job runs as its own process (`python -m pipelines.cli`), so peak RSS is that process's
-own (ru_maxrss of the child). Results: bench/results/s3.md and s3.json.
+own (VmHWM of the child's address space). Results: bench/results/s3.md and s3.json.
 """
 from __future__ import annotations
 
@@ -24,18 +24,20 @@ ROOT = Path(__file__).resolve().parent.parent
 def _job(args: list[str], env: dict) -> tuple[float, float]:
     """(wall s, peak RSS MB) of one CLI job in a fresh process."""
     t0 = time.perf_counter()
-    # a wrapper process per job: RUSAGE_CHILDREN's max is over all children, so measure inside one
-    code = ("import resource, runpy, sys; sys.argv = ['ragbeam'] + sys.argv[1:]\n"
+    # a wrapper process per job, measuring itself: RUSAGE_CHILDREN's max is over all children,
+    # and the child's own ru_maxrss starts at the parent's RSS (bench.job.peak_rss_mb: VmHWM)
+    code = ("import runpy, sys; sys.argv = ['ragbeam'] + sys.argv[1:]\n"
+            "from bench.job import peak_rss_mb\n"
             "try:\n    runpy.run_module('pipelines.cli', run_name='__main__')\n"
             "except SystemExit as e:\n    rc = e.code\nelse:\n    rc = 0\n"
-            "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+            "print('PEAK_RSS_MB', peak_rss_mb(), file=sys.stderr)\n"
             "sys.exit(rc or 0)\n")
     run = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if run.returncode != 0:
         raise RuntimeError(f"{args}: rc {run.returncode}\n{run.stderr[-3000:]}")
-    peak = [int(line.split()[1]) for line in run.stderr.splitlines() if line.startswith("PEAK_RSS_KB")]
-    return wall, (peak[-1] / 1024 if peak else float("nan"))
+    peak = [float(line.split()[1]) for line in run.stderr.splitlines() if line.startswith("PEAK_RSS_MB")]
+    return wall, (peak[-1] if peak else float("nan"))
 
 
 SECTION = "6. Index and answers on object storage"
