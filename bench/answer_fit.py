@@ -36,7 +36,6 @@ import numpy as np
 from scipy.optimize import minimize
 
 from transforms.evaluation import metrics as M
-from transforms.query.cite import strip_markers
 
 ROOT = Path(__file__).resolve().parent.parent
 EVIDENCE_FEATURES = ("sentence_evidence", "best_chunk_cosine", "best_bm25_coverage")
@@ -217,31 +216,18 @@ MAX_SENTENCES = (2, 3)
 THRESHOLDS = tuple(round(0.30 + 0.02 * i, 2) for i in range(16))  # 0.30 .. 0.60
 
 
-def answer_rows(b, qs) -> list[tuple]:
-    """Per question, whatever the threshold: (evidence, evidence with its article hidden,
-    gold span in the answer, words, citation precision or None)."""
-    qv = np.stack([q["qv"] for q in qs])
-    res = b.answer([q["text"] for q in qs], [q["head"] for q in qs], qvecs=qv)
-    ures = b.answer([q["text"] for q in qs], [q["uhead"] for q in qs], qvecs=qv)
-    out = []
-    for q, r, u in zip(qs, res, ures):
-        ev = r.evidence_score if r.status == "answered" else -np.inf
-        uev = u.evidence_score if u.status == "answered" else -np.inf
-        out.append((ev, uev, M.contains_span(r.answer, q["answers"]), len(strip_markers(r.answer).split()),
-                    M.citation_precision([c["doc_id"] for c in r.citations], q["rel"])))
-    return out
-
-
 def at_threshold(rows, t: float) -> dict:
-    """The answer figures `ragbeam eval` reports, had the evidence threshold been t."""
-    ans = [r for r in rows if r[0] >= t]
-    words = [r[3] for r in ans]
-    return {"gold": round(sum(r[2] for r in ans) / len(rows), 4),
+    """The answer figures `ragbeam eval` reports, had the evidence threshold been t (rows:
+    bench.answer_variants.answer_rows of an answerer that refuses nothing on evidence)."""
+    ans = [x for x in rows if x["status"] == "answered" and x["evidence"] >= t]
+    words = [x["words"] for x in ans]
+    return {"gold": round(sum(x["gold"] for x in ans) / len(rows), 4),
             "words": round(float(np.mean(words)), 2) if words else None,
             "words_sd": round(float(np.std(words)), 2) if words else None,
-            "cit_prec": round(M.mean(r[4] for r in ans if r[4] is not None) or 0.0, 4),
+            "cit_prec": round(M.mean(x["cit_prec"] for x in ans if x["cit_prec"] is not None) or 0.0, 4),
             "nf_ans": round(1 - len(ans) / len(rows), 4),
-            "nf_unans": round(float(np.mean([r[1] < t for r in rows])), 4)}
+            "nf_unans": round(float(np.mean([not (x["u_status"] == "answered" and x["u_evidence"] >= t)
+                                             for x in rows])), 4)}
 
 
 def targets_with_margin(n: int, words_sd) -> dict:
@@ -258,7 +244,7 @@ def meets(r: dict, need: dict) -> bool:
 
 
 def main(argv=None) -> None:
-    from bench.answer_variants import collect, score_set
+    from bench.answer_variants import answer_rows, collect, score_set
     from configs.schema import load_config
     from bench.common import DATA_ROOT, squad_samples
     from transforms.evaluation.datasets import DocLabels, load_dataset

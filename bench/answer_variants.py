@@ -69,25 +69,31 @@ def collect(ev: Evaluator, ds, ids: list[str], labels: DocLabels):
     return out
 
 
-def score_set(answerer, qs) -> dict:
-    gold, words, prec, nf, nf_u, n_sent, evid, uevid = [], [], [], [], [], [], [], []
-    res = answerer.answer([q["text"] for q in qs], [q["head"] for q in qs], qvecs=np.stack([q["qv"] for q in qs]))
-    ures = answerer.answer([q["text"] for q in qs], [q["uhead"] for q in qs], qvecs=np.stack([q["qv"] for q in qs]))
+def answer_rows(answerer, qs) -> list[dict]:
+    """Per question: the answer with normal retrieval (status, evidence, gold span, words,
+    sentences, citation precision) and the status and evidence with its article hidden."""
+    qv = np.stack([q["qv"] for q in qs])
+    res = answerer.answer([q["text"] for q in qs], [q["head"] for q in qs], qvecs=qv)
+    ures = answerer.answer([q["text"] for q in qs], [q["uhead"] for q in qs], qvecs=qv)
+    rows = []
     for q, r, u in zip(qs, res, ures):
-        ok = r.status == "answered"
-        gold.append(ok and M.contains_span(r.answer, q["answers"]))
-        nf.append(r.status == "not_found")
-        nf_u.append(u.status == "not_found")
-        evid.append(r.evidence_score)
-        uevid.append(u.evidence_score)
-        if ok:
-            words.append(len(strip_markers(r.answer).split()))
-            n_sent.append(r.answer.count("[") or 1)
-        p = M.citation_precision([c["doc_id"] for c in r.citations], q["rel"])
-        if p is not None:
-            prec.append(p)
-    return {"gold": M.mean(gold), "words": M.mean(words), "cit_prec": M.mean(prec), "nf_ans": M.mean(nf),
-            "nf_unans": M.mean(nf_u), "sents": M.mean(n_sent), "auc": M.auc(evid, uevid),
+        rows.append({"status": r.status, "evidence": r.evidence_score,
+                     "u_status": u.status, "u_evidence": u.evidence_score,
+                     "gold": r.status == "answered" and M.contains_span(r.answer, q["answers"]),
+                     "words": len(strip_markers(r.answer).split()), "sents": r.answer.count("[") or 1,
+                     "cit_prec": M.citation_precision([c["doc_id"] for c in r.citations], q["rel"])})
+    return rows
+
+
+def score_set(answerer, qs) -> dict:
+    rows = answer_rows(answerer, qs)
+    answered = [x for x in rows if x["status"] == "answered"]
+    evid, uevid = [x["evidence"] for x in rows], [x["u_evidence"] for x in rows]
+    return {"gold": M.mean(x["gold"] for x in rows), "words": M.mean(x["words"] for x in answered),
+            "cit_prec": M.mean(x["cit_prec"] for x in rows if x["cit_prec"] is not None),
+            "nf_ans": M.mean(x["status"] == "not_found" for x in rows),
+            "nf_unans": M.mean(x["u_status"] == "not_found" for x in rows),
+            "sents": M.mean(x["sents"] for x in answered), "auc": M.auc(evid, uevid),
             "_evid": evid, "_uevid": uevid}
 
 

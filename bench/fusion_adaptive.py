@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 import numpy as np
 
-from bench.common import DATA_ROOT, DEV_SETS, open_dev_set
+from bench.common import DEV_SETS, add_dev_set_args, iter_dev_sets
 from transforms.evaluation import metrics as M
 from transforms.query.fuse import _scores_on, _valid, bm25_scores_for, normalise
 
@@ -32,18 +31,12 @@ def main(argv=None) -> None:
     from configs.schema import load_config
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sets", default="cranfield,vaswani,msmarco,squad,debian-docs")
-    ap.add_argument("--root", default="out/eval", help="ROOT/<set>/index: the indexes `bench.eval_all` built")
-    ap.add_argument("--data", default=str(DATA_ROOT))
-    ap.add_argument("--out", default="out/fusion_adaptive.jsonl")
+    add_dev_set_args(ap, "cranfield,vaswani,msmarco,squad,debian-docs", "out/fusion_adaptive.jsonl")
     args = ap.parse_args(argv)
     cfg = load_config(None)
     N = cfg.retrieve.dense_top_n
     rows = []
-    for name in args.sets.split(","):
-        folder, maxq = SETS[name]
-        ev, ids, qrels, texts = open_dev_set(os.path.join(args.root, name, "index"),
-                                             os.path.join(args.data, folder), maxq, cfg)
+    for name, ev, ids, qrels, texts in iter_dev_sets(args, cfg, SETS):
         e = ev.engine
         qv = e.embedder.encode(texts)
         qv = qv / np.linalg.norm(qv, axis=1, keepdims=True)

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 
 import numpy as np
 
-from bench.common import DATA_ROOT, DEV_SETS as SETS, open_dev_set
+from bench.common import add_dev_set_args, iter_dev_sets
 from transforms.evaluation import metrics as M
 from transforms.query.fuse import rrf_fuse
 from transforms.query.fuse import convex_fuse
@@ -34,18 +33,12 @@ def main(argv=None) -> None:
     from transforms.query.retrieve import BM25Index
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sets", default="cranfield,vaswani,msmarco,squad")
-    ap.add_argument("--root", default="out/eval", help="ROOT/<set>/index: the indexes `bench.eval_all` built")
-    ap.add_argument("--data", default=str(DATA_ROOT))
-    ap.add_argument("--out", default="out/fusion_variants.jsonl")
+    add_dev_set_args(ap, "cranfield,vaswani,msmarco,squad", "out/fusion_variants.jsonl")
     ap.add_argument("--top-n", type=int, default=50, help="per-retriever depth fused (production: 50)")
     args = ap.parse_args(argv)
     cfg = load_config(None)
     rows = []
-    for name in args.sets.split(","):
-        folder, maxq = SETS[name]
-        ev, ids, qrels, texts = open_dev_set(os.path.join(args.root, name, "index"),
-                                             os.path.join(args.data, folder), maxq, cfg)
+    for name, ev, ids, qrels, texts in iter_dev_sets(args, cfg):
         t = time.perf_counter()
         qv = ev.engine.embedder.encode(texts)
         allowed = ev.public

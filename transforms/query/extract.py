@@ -19,7 +19,8 @@ different costs and selection:
   `evidence_model` set (the default in the config) the evidence is instead the probability
   that the question is answerable from these chunks: a logistic model over the sentence
   evidence, the best chunk cosine and the best BM25 coverage (BM25 over its query's best
-  possible score), fitted by bench/answer_fit.py on a SQuAD tune sample (answerable vs article hidden);
+  possible score), fitted by bench/answer_fit.py on the SQuAD tune questions (answerable vs
+  article hidden);
 - then sentences are picked greedily by MMR (relevance minus redundancy with what is
   already picked), near-duplicates (cosine >= dup_sim to a picked one) dropped, and only
   while a sentence scores within `gap` of the best (sentences of the best sentence's chunk
