@@ -1,0 +1,374 @@
+"""A local Flink session cluster with Beam's job server and a Python worker pool.
+
+    python -m infra.flink.local run -- CMD ...   # start the stack, run CMD, stop the stack
+    python -m infra.flink.local start|stop|status [--dir .local-flink]
+
+The stack: one job manager and two task managers (two slots each) of Flink 1.16.3,
+Beam's `FlinkJobServerDriver` run from the Maven classpath of beam-runners-flink-1.16:2.56.0,
+and `apache_beam.runners.worker.worker_pool_main` from this project's venv (the SDK
+harness, EXTERNAL environment). `infra/flink/setup.sh` fetches Flink and the classpath
+once; nothing is downloaded here.
+
+Exposure: Beam's gRPC servers (job, artifact and expansion services, the Fn API servers on
+the task managers) and the worker pool listen on every interface whatever they are told,
+and a job service runs any code it is sent. Run the stack inside a network namespace with
+only loopback (`infra/flink/netns.sh`, which `make test-flink` and `make demo-flink` use);
+`start` outside one refuses unless RAGBEAM_FLINK_EXPOSED=1 says the exposure is accepted.
+Inside such a namespace nothing else listens, so the ports are fixed (configs/flink-local.yaml).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parents[2]
+FLINK_VERSION = "1.16.3"
+BEAM_RUNNER = "beam-runners-flink-1.16-2.56.0"
+JOB_SERVER_MAIN = "org.apache.beam.runners.flink.FlinkJobServerDriver"
+DEFAULT_PORTS = {"rest": 8081, "rpc": 6123, "job": 8099, "artifact": 8098, "expansion": 8097, "pool": 50000}
+START_TIMEOUT_S = 120.0
+
+# Flink 1.16 predates its Java 17 support: the daemons die at start with IllegalAccessError
+# (sun.net.util.IPAddressUtil) without these. The set is the one Flink 1.18 ships for Java 17.
+JAVA17_OPTS = " ".join([
+    "--add-exports=java.base/sun.net.util=ALL-UNNAMED",
+    "--add-exports=java.rmi/sun.rmi.registry=ALL-UNNAMED",
+    "--add-exports=jdk.compiler/com.sun.tools.javac.api=ALL-UNNAMED",
+    "--add-exports=jdk.compiler/com.sun.tools.javac.file=ALL-UNNAMED",
+    "--add-exports=jdk.compiler/com.sun.tools.javac.parser=ALL-UNNAMED",
+    "--add-exports=jdk.compiler/com.sun.tools.javac.tree=ALL-UNNAMED",
+    "--add-exports=jdk.compiler/com.sun.tools.javac.util=ALL-UNNAMED",
+    "--add-exports=java.security.jgss/sun.security.krb5=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang=ALL-UNNAMED",
+    "--add-opens=java.base/java.net=ALL-UNNAMED",
+    "--add-opens=java.base/java.io=ALL-UNNAMED",
+    "--add-opens=java.base/java.nio=ALL-UNNAMED",
+    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang.reflect=ALL-UNNAMED",
+    "--add-opens=java.base/java.text=ALL-UNNAMED",
+    "--add-opens=java.base/java.time=ALL-UNNAMED",
+    "--add-opens=java.base/java.util=ALL-UNNAMED",
+    "--add-opens=java.base/java.util.concurrent=ALL-UNNAMED",
+    "--add-opens=java.base/java.util.concurrent.atomic=ALL-UNNAMED",
+    "--add-opens=java.base/java.util.concurrent.locks=ALL-UNNAMED",
+])
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("RAGBEAM_CACHE", Path.home() / ".cache" / "ragbeam")) / "flink"
+
+
+def flink_home() -> Path:
+    return cache_dir() / f"flink-{FLINK_VERSION}"
+
+
+def classpath_file() -> Path:
+    return cache_dir() / f"{BEAM_RUNNER}.classpath"
+
+
+def ensure_setup() -> None:
+    """Run infra/flink/setup.sh unless its cache is complete (it is idempotent either way)."""
+    if not (flink_home() / ".complete").exists() or not classpath_file().exists():
+        subprocess.run([str(ROOT / "infra" / "flink" / "setup.sh")], check=True, stdout=subprocess.DEVNULL)
+
+
+def isolated_network() -> bool:
+    """True inside a network namespace whose only interface is loopback."""
+    # /proc/net/dev follows this process's namespace (/sys/class/net follows sysfs's mount)
+    try:
+        with open("/proc/net/dev") as f:
+            names = {line.split(":", 1)[0].strip() for line in f.readlines()[2:] if ":" in line}
+    except OSError:
+        return False
+    return names == {"lo"}
+
+
+def flink_conf(run_dir: Path, ports: dict[str, int], task_slots: int) -> str:
+    conf = {
+        "jobmanager.rpc.address": "127.0.0.1",
+        "jobmanager.bind-host": "127.0.0.1",
+        "jobmanager.rpc.port": ports["rpc"],
+        "jobmanager.memory.process.size": "1024m",
+        "taskmanager.bind-host": "127.0.0.1",
+        "taskmanager.host": "127.0.0.1",
+        "taskmanager.numberOfTaskSlots": task_slots,
+        # Flink deploys a batch graph whole and every blocking result partition asks for
+        # sort-shuffle.min-buffers (512 by default): at 1280 MB a task manager ran out of
+        # network buffers on the index job; 2 GB with 256 MB of network memory and 64 do.
+        "taskmanager.memory.process.size": "2048m",
+        "taskmanager.memory.network.min": "256m",
+        "taskmanager.memory.network.max": "256m",
+        "taskmanager.network.sort-shuffle.min-buffers": 64,
+        "rest.address": "127.0.0.1",
+        "rest.bind-address": "127.0.0.1",
+        "rest.port": ports["rest"],
+        "parallelism.default": 2,
+        "io.tmp.dirs": str(run_dir / "tmp"),
+        "env.log.dir": str(run_dir / "log"),
+        "env.pid.dir": str(run_dir),
+        "env.java.opts": JAVA17_OPTS,  # the key's name in 1.16 (1.18 calls it env.java.opts.all)
+    }
+    return "".join(f"{k}: {v}\n" for k, v in conf.items())
+
+
+def _die_with_parent() -> None:
+    # In the child before exec: SIGKILL it when the starting process dies (no orphans).
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _listening(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _log_tail(path: Path, n: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def children(pid: int) -> list[int]:
+    """Direct child processes of pid (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+class StartError(RuntimeError):
+    pass
+
+
+@dataclass
+class Stack:
+    run_dir: str
+    ports: dict[str, int]
+    pids: dict[str, int] = field(default_factory=dict)  # role -> pid (jobmanager, taskmanager-1, ...)
+    _procs: dict = field(default_factory=dict, repr=False, compare=False)
+
+    # -- what a pipeline needs --------------------------------------------------------------
+    @property
+    def job_endpoint(self) -> str:
+        return f"localhost:{self.ports['job']}"
+
+    @property
+    def worker_pool(self) -> str:
+        return f"localhost:{self.ports['pool']}"
+
+    def runner_options(self) -> dict:
+        return {"job_endpoint": self.job_endpoint, "environment_type": "EXTERNAL",
+                "environment_config": self.worker_pool, "parallelism": 2}
+
+    # -- Flink's REST API -------------------------------------------------------------------
+    def rest(self, path: str):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ports['rest']}{path}", timeout=10) as r:
+            return json.loads(r.read())
+
+    def jobs(self) -> list[dict]:
+        return self.rest("/jobs/overview")["jobs"]
+
+    def task_managers(self) -> list[dict]:
+        return self.rest("/taskmanagers")["taskmanagers"]
+
+    def job_task_managers(self, job_id: str) -> set[str]:
+        """The task managers (their resource ids) that ran some subtask of the job."""
+        used = set()
+        for vertex in self.rest(f"/jobs/{job_id}")["vertices"]:
+            detail = self.rest(f"/jobs/{job_id}/vertices/{vertex['id']}/taskmanagers")
+            used |= {tm["taskmanager-id"] for tm in detail["taskmanagers"]}
+        return used
+
+    # -- processes --------------------------------------------------------------------------
+    def sdk_workers(self) -> list[int]:
+        """The SDK harness processes the worker pool started (one per task slot in use)."""
+        return children(self.pids["pool"]) if "pool" in self.pids else []
+
+    def running(self) -> bool:
+        return bool(self.pids) and all(_alive(p) for p in self.pids.values())
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Worker pool and job server first, then the task managers, then the job manager."""
+        order = ["pool", "jobserver"] + sorted(r for r in self.pids if r.startswith("taskmanager")) + ["jobmanager"]
+        for role in order:
+            pid = self.pids.get(role)
+            if pid is None or not _alive(pid):
+                continue
+            if role == "pool":
+                for child in children(pid):  # the SDK workers it started
+                    _signal(child, signal.SIGKILL)
+            _signal(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _alive(pid):
+                _signal(pid, signal.SIGKILL)
+            proc = self._procs.get(role)
+            if proc is not None:
+                proc.wait(timeout=5)
+        state = Path(self.run_dir) / "stack.json"
+        state.unlink(missing_ok=True)
+
+    def save(self) -> None:
+        (Path(self.run_dir) / "stack.json").write_text(json.dumps({"ports": self.ports, "pids": self.pids}))
+
+    @classmethod
+    def load(cls, run_dir: str) -> Optional["Stack"]:
+        try:
+            data = json.loads((Path(run_dir) / "stack.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return cls(run_dir=str(run_dir), ports=data["ports"], pids=data["pids"])
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def start(run_dir: str | os.PathLike, *, task_managers: int = 2, task_slots: int = 2,
+          ports: Optional[dict[str, int]] = None, pool_env: Optional[dict[str, str]] = None,
+          die_with_parent: bool = True, timeout: float = START_TIMEOUT_S) -> Stack:
+    """Start the job manager, the task managers, the job server and the worker pool; return
+    once all task slots are registered and both gRPC services accept connections.
+    pool_env: extra environment for the SDK workers (e.g. S3 endpoint and keys: on a cluster
+    the workers resolve credentials themselves, the job graph carries none)."""
+    if not isolated_network() and os.environ.get("RAGBEAM_FLINK_EXPOSED") != "1":
+        raise StartError("refusing to start Beam's job server and worker pool outside a private network "
+                         "namespace: they listen on every interface and run any code sent to them. Use "
+                         "infra/flink/netns.sh, or set RAGBEAM_FLINK_EXPOSED=1 to accept the exposure")
+    ensure_setup()
+    ports = {**DEFAULT_PORTS, **(ports or {})}
+    busy = [f"{k} {p}" for k, p in ports.items() if _listening(p)]
+    if busy:
+        raise StartError(f"ports already in use: {', '.join(busy)} (is another stack running?)")
+    run = Path(run_dir).resolve()
+    for sub in ("conf", "log", "tmp", "artifacts"):
+        (run / sub).mkdir(parents=True, exist_ok=True)
+    home = flink_home()
+    (run / "conf" / "flink-conf.yaml").write_text(flink_conf(run, ports, task_slots))
+    for name in ("log4j-console.properties", "log4j.properties"):
+        shutil.copy(home / "conf" / name, run / "conf" / name)
+    stack = Stack(run_dir=str(run), ports=ports)
+    preexec = _die_with_parent if die_with_parent else None
+    flink_env = {**os.environ, "FLINK_CONF_DIR": str(run / "conf"), "FLINK_LOG_DIR": str(run / "log")}
+
+    def launch(role: str, argv: list[str], env: dict, cwd: Optional[str] = None) -> None:
+        log = open(run / "log" / f"{role}.out", "ab")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, cwd=cwd, preexec_fn=preexec)
+        log.close()
+        stack._procs[role], stack.pids[role] = proc, proc.pid
+
+    try:
+        # start-foreground execs the JVM: the pid is the daemon's, and it dies with us.
+        launch("jobmanager", [str(home / "bin" / "jobmanager.sh"), "start-foreground"], flink_env)
+        for i in range(1, task_managers + 1):
+            launch(f"taskmanager-{i}", [str(home / "bin" / "taskmanager.sh"), "start-foreground"], flink_env)
+        classpath = classpath_file().read_text().strip()
+        launch("jobserver", ["java", "-cp", classpath, JOB_SERVER_MAIN,
+                             "--job-host=127.0.0.1", f"--job-port={ports['job']}",
+                             f"--artifact-port={ports['artifact']}", f"--expansion-port={ports['expansion']}",
+                             f"--artifacts-dir={run / 'artifacts'}",
+                             f"--flink-master=127.0.0.1:{ports['rest']}"], dict(os.environ))
+        # The pool starts each SDK worker with a plain `python`: this venv's bin/ must come first.
+        venv_bin = str(Path(sys.executable).parent)
+        pool_environ = {**os.environ, **(pool_env or {}),
+                        "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
+                        "PYTHONPATH": str(ROOT)}
+        launch("pool", [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+                        f"--service_port={ports['pool']}"], pool_environ, cwd=str(ROOT))
+        _wait_ready(stack, task_managers * task_slots, timeout)
+    except BaseException:
+        stack.stop(timeout=5)
+        raise
+    stack.save()
+    return stack
+
+
+def _wait_ready(stack: Stack, slots: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    run = Path(stack.run_dir)
+    while time.monotonic() < deadline:
+        dead = [r for r, p in stack.pids.items() if not _alive(p)]
+        if dead:
+            raise StartError(f"{dead[0]} exited at start; its log:\n{_log_tail(run / 'log' / (dead[0] + '.out'))}")
+        try:
+            registered = sum(tm["slotsNumber"] for tm in stack.task_managers())
+        except OSError:
+            registered = 0
+        if (registered >= slots and _listening(stack.ports["job"]) and _listening(stack.ports["pool"])):
+            return
+        time.sleep(0.5)
+    raise StartError(f"the Flink stack was not ready in {timeout:.0f} s (logs in {run / 'log'})")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m infra.flink.local", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=["run", "start", "stop", "status"])
+    ap.add_argument("--dir", default=str(ROOT / ".local-flink"), help="state dir (default: .local-flink)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cmd = argv[argv.index("--") + 1:] if "--" in argv else []  # run: the command after --
+    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    existing = Stack.load(args.dir)
+    if args.command == "status":
+        if existing is None or not existing.running():
+            print("local Flink stack not running", file=sys.stderr)
+            return 1
+        print(json.dumps(asdict(existing) | {"task_managers": len(existing.task_managers())}, default=str))
+        return 0
+    if args.command == "stop":
+        if existing is not None:
+            existing.stop()
+        print("local Flink stack stopped", file=sys.stderr)
+        return 0
+    if existing is not None and existing.running():
+        print(f"local Flink stack already running (state in {args.dir})", file=sys.stderr)
+        return 1
+    t0 = time.monotonic()
+    stack = start(args.dir, die_with_parent=args.command == "run")
+    print(f"# local Flink stack up in {time.monotonic() - t0:.1f} s: REST http://127.0.0.1:{stack.ports['rest']}, "
+          f"job endpoint {stack.job_endpoint}, worker pool {stack.worker_pool}", file=sys.stderr)
+    if args.command == "start":
+        return 0
+    try:
+        return subprocess.call(cmd) if cmd else 0
+    finally:
+        stack.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
