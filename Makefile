@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed-$(shell cat setup.py | sha256sum | cut -c1-12)
 INDEX   ?= out/index
 ANSWERS ?= out/answers.jsonl
 
-.PHONY: run test bench install clean s3-up s3-down demo-s3
+.PHONY: run test test-core test-flink flink-setup demo-flink bench bench-flink install clean s3-up s3-down demo-s3
 
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,8 +22,27 @@ run: $(STAMP)
 	$(BIN)/ragbeam answer --config configs/default.yaml --index $(INDEX) \
 	  --questions samples/questions.jsonl --output $(ANSWERS) --overwrite --show 3
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+# Everything: the core suite, then the Flink cluster suite (its own target: it takes ~6 min).
+test: test-core test-flink
+
+test-core: $(STAMP)
+	$(BIN)/python -m pytest -q tests --ignore=tests/flink
+
+# The jobs on a real Flink cluster (1 job manager, 2 task managers), Beam's job server and a worker
+# pool, all inside a private network namespace with only loopback (they listen on every interface).
+test-flink: $(STAMP) flink-setup
+	infra/flink/netns.sh $(BIN)/python -m pytest -q tests/flink
+
+# Flink 1.16.3 from PyPI and the job server's classpath from Maven Central, cached per machine.
+flink-setup:
+	infra/flink/setup.sh >/dev/null
+
+# The sample corpus indexed and answered on the local Flink cluster (inside the namespace).
+demo-flink: $(STAMP) flink-setup
+	infra/flink/netns.sh $(BIN)/python -m infra.flink.local run -- sh -c '\
+	  $(BIN)/ragbeam index --config configs/flink-local.yaml --input samples/corpus --output out/flink-index && \
+	  $(BIN)/ragbeam answer --config configs/flink-local.yaml --index out/flink-index \
+	    --questions samples/questions.jsonl --output out/flink-answers.jsonl --overwrite --show 3'
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run

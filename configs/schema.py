@@ -322,13 +322,17 @@ def _check_runner(cfg: "Config") -> list[str]:
         if name.lower() not in known and name.lower() + "runner" not in known:
             errors.append(f"runner.name: unknown runner {name!r}; one of {', '.join(sorted(known.values()))}, "
                           "or a fully qualified runner class")
-    errors += validate_beam_options(cfg.runner.options)
+    errors += validate_beam_options(cfg.runner.options, name)
     return errors
 
 
-def validate_beam_options(options: dict) -> list[str]:
+def validate_beam_options(options: dict, runner_name: str = "") -> list[str]:
     """Check runner.options with Beam's own PipelineOptions parser: unknown names and bad values
-    are reported like any other config error (credential-like values are never printed)."""
+    are reported like any other config error (credential-like values are never printed). For
+    the runners that reach a Flink job server, the Flink runner's Java-side options (which the
+    Python SDK does not declare, and passes through) are accepted by name."""
+    import difflib
+    from configs.flink_options import FLINK_RUNNER_OPTIONS, passes_through
     import argparse
     import contextlib
     import io
@@ -351,7 +355,11 @@ def validate_beam_options(options: dict) -> list[str]:
             errors.append(f"{where}: not a pipeline option name")
             continue
         if key not in known:
-            errors.append(f"{where}: not a Beam pipeline option")
+            if passes_through(runner_name, key):
+                continue  # the job server parses it (Java side)
+            close = difflib.get_close_matches(key, sorted(known | FLINK_RUNNER_OPTIONS), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            errors.append(f"{where}: not a Beam pipeline option{hint}")
             continue
         arg = (f"--{key}" if value is True else None) if isinstance(value, bool) else f"--{key}={value}"
         if arg is None:

@@ -9,7 +9,7 @@ from configs.schema import ConfigError, load_config
 
 
 def _index(args) -> int:
-    from pipelines.index import GateFailed, IndexPathError, NoChunksError, run_index
+    from pipelines.index import GateFailed, IndexPathError, NoChunksError, UnbalancedRun, run_index
     from transforms.index.publish import IndexBusyError
     from transforms.index.manifest import format_summary
 
@@ -20,16 +20,16 @@ def _index(args) -> int:
         return 0
     try:
         summary = run_index(cfg, args.input, args.output, progress=not args.quiet, beam_args=args.beam_args)
-    except (GateFailed, NoChunksError, IndexPathError, IndexBusyError) as e:
-        if isinstance(e, GateFailed):
+    except (GateFailed, UnbalancedRun, NoChunksError, IndexPathError, IndexBusyError) as e:
+        if isinstance(e, (GateFailed, UnbalancedRun)):
             print(format_summary(e.summary))
             print(f"NOT PUBLISHED: {e}; the live version stays as it was", file=sys.stderr)
-            return 4
+            return 4 if isinstance(e, GateFailed) else 3
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_summary(summary))
     print(f"published    {args.output} (summary.json beside the version)")
-    return 0 if summary["balanced"] else 3
+    return 0
 
 
 def _build_artifacts(args) -> int:

@@ -293,6 +293,8 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
                    previous_version=os.path.basename(plan.live.version_dir) if plan.live else None)
     versions = current_versions(cfg, spec)
     write_run_outputs(work_dir, cfg, spec, summary, versions=versions, processing_key=processing_key(versions))
+    if not summary["balanced"]:  # an element went missing somewhere: publishing would hide the loss
+        raise UnbalancedRun(summary)
     # The eval gate (if configured) decides before anything becomes visible.
     from transforms.evaluation.gate import check_gate
     gate = check_gate(cfg, work_dir, index_dir, plan.live.version_dir if plan.live else None, log=log)
@@ -372,6 +374,13 @@ class NoChunksError(RuntimeError):
 
 class IndexPathError(ValueError):
     pass
+
+
+class UnbalancedRun(RuntimeError):
+    """The run's counters do not add up (an input neither indexed, a duplicate nor dead-lettered)."""
+    def __init__(self, summary: dict):
+        super().__init__("the counts do not reconcile: " + "; ".join(summary.get("reconcile_problems") or ["?"]))
+        self.summary = summary
 
 
 class GateFailed(RuntimeError):

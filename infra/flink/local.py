@@ -115,6 +115,7 @@ def flink_conf(run_dir: Path, ports: dict[str, int], task_slots: int) -> str:
         "rest.bind-address": "127.0.0.1",
         "rest.port": ports["rest"],
         "parallelism.default": 2,
+        "cluster.evenly-spread-out-slots": "true",  # a job's subtasks on both task managers, not one
         "io.tmp.dirs": str(run_dir / "tmp"),
         "env.log.dir": str(run_dir / "log"),
         "env.pid.dir": str(run_dir),
@@ -258,6 +259,16 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
+def worker_pool_command(port: int, env: Optional[dict[str, str]] = None) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of a Beam worker pool (the SDK harness of the EXTERNAL environment),
+    run from the project root. The pool starts each SDK worker with a plain `python`, so this
+    venv's bin/ comes first on PATH; `env` reaches every worker (S3 settings, fault injection)."""
+    venv_bin = str(Path(sys.executable).parent)
+    environ = {**os.environ, **(env or {}), "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
+               "PYTHONPATH": str(ROOT)}
+    return [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"], environ
+
+
 def start(run_dir: str | os.PathLike, *, task_managers: int = 2, task_slots: int = 2,
           ports: Optional[dict[str, int]] = None, pool_env: Optional[dict[str, str]] = None,
           die_with_parent: bool = True, timeout: float = START_TIMEOUT_S) -> Stack:
@@ -303,13 +314,7 @@ def start(run_dir: str | os.PathLike, *, task_managers: int = 2, task_slots: int
                              f"--artifact-port={ports['artifact']}", f"--expansion-port={ports['expansion']}",
                              f"--artifacts-dir={run / 'artifacts'}",
                              f"--flink-master=127.0.0.1:{ports['rest']}"], dict(os.environ))
-        # The pool starts each SDK worker with a plain `python`: this venv's bin/ must come first.
-        venv_bin = str(Path(sys.executable).parent)
-        pool_environ = {**os.environ, **(pool_env or {}),
-                        "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
-                        "PYTHONPATH": str(ROOT)}
-        launch("pool", [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
-                        f"--service_port={ports['pool']}"], pool_environ, cwd=str(ROOT))
+        launch("pool", *worker_pool_command(ports["pool"], pool_env), cwd=str(ROOT))
         _wait_ready(stack, task_managers * task_slots, timeout)
     except BaseException:
         stack.stop(timeout=5)

@@ -38,10 +38,18 @@ def reconcile(counters: dict[str, int], listed: int, skipped: int = 0) -> dict:
     # every parsed document is one that was chunked (indexed, empty or dead-lettered in chunking),
     # a verbatim duplicate or a near-duplicate: the chunk stage's document rows plus its failures
     chunked_documents = c("document_rows") + c("dead_lettered_chunk")
-    summary["balanced"] = (summary["read"] + skipped == listed
-                           and summary["read"] == summary["parsed"] + summary["duplicates"]
-                           + summary["carried_read"] + dead_objects
-                           and (chunked_documents == summary["documents"] if "document_rows" in counters else True))
+    problems = []
+    if summary["read"] + skipped != listed:
+        problems.append(f"listed {listed} != unchanged {skipped} + read {summary['read']}")
+    accounted = summary["parsed"] + summary["duplicates"] + summary["carried_read"] + dead_objects
+    if summary["read"] != accounted:
+        problems.append(f"read {summary['read']} != parsed {summary['parsed']} + duplicates {summary['duplicates']}"
+                        f" + carried {summary['carried_read']} + dead-lettered {dead_objects}")
+    if "document_rows" in counters and chunked_documents != summary["documents"]:
+        problems.append(f"documents {summary['documents']} != chunked {c('document_rows')}"
+                        f" + dead-lettered in chunking {c('dead_lettered_chunk')}")
+    summary["balanced"] = not problems
+    summary["reconcile_problems"] = problems
     return summary
 
 
