@@ -51,6 +51,10 @@ bench: $(STAMP)
 bench-s3: $(STAMP)
 	$(BIN)/python -m bench.s3_bench
 
+# The index and answer jobs on the local Flink cluster vs the in-process runner (inside the namespace).
+bench-flink: $(STAMP) flink-setup
+	infra/flink/netns.sh $(BIN)/python -m bench.flink_bench
+
 bench-quick: $(STAMP)
 	$(BIN)/python -m bench.run --quick
 

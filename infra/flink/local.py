@@ -1,20 +1,24 @@
-"""A local Flink session cluster with Beam's job server and a Python worker pool.
+"""A local Flink session cluster with Beam's job server; SDK workers started by the task managers.
 
     python -m infra.flink.local run -- CMD ...   # start the stack, run CMD, stop the stack
     python -m infra.flink.local start|stop|status [--dir .local-flink]
 
-The stack: one job manager and two task managers (two slots each) of Flink 1.16.3,
-Beam's `FlinkJobServerDriver` run from the Maven classpath of beam-runners-flink-1.16:2.56.0,
-and `apache_beam.runners.worker.worker_pool_main` from this project's venv (the SDK
-harness, EXTERNAL environment). `infra/flink/setup.sh` fetches Flink and the classpath
-once; nothing is downloaded here.
+The stack: one job manager and two task managers (two slots each) of Flink 1.16.3, and
+Beam's `FlinkJobServerDriver` run from the Maven classpath of beam-runners-flink-1.16:2.56.0.
+SDK workers: the PROCESS environment. Each task manager starts its own through
+infra/flink/sdk-boot.sh, which runs Beam's Python SDK boot program in this project's venv.
+(One EXTERNAL worker pool shared by two task managers does not work: both number their
+workers "1-1", "2-1", ..., and the pool keys its workers by that id, so one task manager's
+StopWorker kills the other's worker mid-bundle: "CANCELLED: client cancelled". On Kubernetes
+each task manager pod has a pool of its own, infra/flink/k8s/.) `infra/flink/setup.sh`
+fetches Flink, the classpath and builds the boot program once; nothing is downloaded here.
 
 Exposure: Beam's gRPC servers (job, artifact and expansion services, the Fn API servers on
-the task managers) and the worker pool listen on every interface whatever they are told,
-and a job service runs any code it is sent. Run the stack inside a network namespace with
-only loopback (`infra/flink/netns.sh`, which `make test-flink` and `make demo-flink` use);
-`start` outside one refuses unless RAGBEAM_FLINK_EXPOSED=1 says the exposure is accepted.
-Inside such a namespace nothing else listens, so the ports are fixed (configs/flink-local.yaml).
+the task managers) listen on every interface whatever they are told, and a job service runs
+any code it is sent. Run the stack inside a network namespace with only loopback
+(`infra/flink/netns.sh`, which `make test-flink` and `make demo-flink` use); `start` outside
+one refuses unless RAGBEAM_FLINK_EXPOSED=1 says the exposure is accepted. Inside such a
+namespace nothing else listens, so the ports are fixed (configs/flink-local.yaml).
 """
 from __future__ import annotations
 
@@ -37,7 +41,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FLINK_VERSION = "1.16.3"
 BEAM_RUNNER = "beam-runners-flink-1.16-2.56.0"
 JOB_SERVER_MAIN = "org.apache.beam.runners.flink.FlinkJobServerDriver"
-DEFAULT_PORTS = {"rest": 8081, "rpc": 6123, "job": 8099, "artifact": 8098, "expansion": 8097, "pool": 50000}
+DEFAULT_PORTS = {"rest": 8081, "rpc": 6123, "job": 8099, "artifact": 8098, "expansion": 8097}
+SDK_BOOT = ROOT / "infra" / "flink" / "sdk-boot.sh"
 START_TIMEOUT_S = 120.0
 
 # Flink 1.16 predates its Java 17 support: the daemons die at start with IllegalAccessError
@@ -80,7 +85,8 @@ def classpath_file() -> Path:
 
 def ensure_setup() -> None:
     """Run infra/flink/setup.sh unless its cache is complete (it is idempotent either way)."""
-    if not (flink_home() / ".complete").exists() or not classpath_file().exists():
+    if not ((flink_home() / ".complete").exists() and classpath_file().exists()
+            and list(cache_dir().glob("beam-boot-*/boot"))):
         subprocess.run([str(ROOT / "infra" / "flink" / "setup.sh")], check=True, stdout=subprocess.DEVNULL)
 
 
@@ -167,6 +173,15 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        kids = children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
 class StartError(RuntimeError):
     pass
 
@@ -183,13 +198,10 @@ class Stack:
     def job_endpoint(self) -> str:
         return f"localhost:{self.ports['job']}"
 
-    @property
-    def worker_pool(self) -> str:
-        return f"localhost:{self.ports['pool']}"
-
-    def runner_options(self) -> dict:
-        return {"job_endpoint": self.job_endpoint, "environment_type": "EXTERNAL",
-                "environment_config": self.worker_pool, "parallelism": 2}
+    def runner_options(self, worker_env: Optional[dict[str, str]] = None) -> dict:
+        """runner.options for this stack; worker_env goes into the job graph (no secrets)."""
+        return {"job_endpoint": self.job_endpoint, "environment_type": "PROCESS",
+                "environment_config": environment_config(worker_env), "parallelism": 2}
 
     # -- Flink's REST API -------------------------------------------------------------------
     def rest(self, path: str):
@@ -212,21 +224,30 @@ class Stack:
 
     # -- processes --------------------------------------------------------------------------
     def sdk_workers(self) -> list[int]:
-        """The SDK harness processes the worker pool started (one per task slot in use)."""
-        return children(self.pids["pool"]) if "pool" in self.pids else []
+        """The SDK harness processes the task managers started (Python's sdk_worker_main)."""
+        out = []
+        for tm in (p for r, p in self.pids.items() if r.startswith("taskmanager")):
+            for pid in descendants(tm):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        if b"sdk_worker_main" in f.read():
+                            out.append(pid)
+                except OSError:
+                    continue
+        return out
 
     def running(self) -> bool:
         return bool(self.pids) and all(_alive(p) for p in self.pids.values())
 
     def stop(self, timeout: float = 20.0) -> None:
-        """Worker pool and job server first, then the task managers, then the job manager."""
-        order = ["pool", "jobserver"] + sorted(r for r in self.pids if r.startswith("taskmanager")) + ["jobmanager"]
+        """The job server first, then the task managers (and their SDK workers), then the job manager."""
+        order = ["jobserver"] + sorted(r for r in self.pids if r.startswith("taskmanager")) + ["jobmanager"]
         for role in order:
             pid = self.pids.get(role)
             if pid is None or not _alive(pid):
                 continue
-            if role == "pool":
-                for child in children(pid):  # the SDK workers it started
+            if role.startswith("taskmanager"):
+                for child in descendants(pid):  # the SDK workers it started
                     _signal(child, signal.SIGKILL)
             _signal(pid, signal.SIGTERM)
             deadline = time.monotonic() + timeout
@@ -259,25 +280,24 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def worker_pool_command(port: int, env: Optional[dict[str, str]] = None) -> tuple[list[str], dict[str, str]]:
-    """argv and environment of a Beam worker pool (the SDK harness of the EXTERNAL environment),
-    run from the project root. The pool starts each SDK worker with a plain `python`, so this
-    venv's bin/ comes first on PATH; `env` reaches every worker (S3 settings, fault injection)."""
-    venv_bin = str(Path(sys.executable).parent)
-    environ = {**os.environ, **(env or {}), "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
-               "PYTHONPATH": str(ROOT)}
-    return [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"], environ
+def environment_config(worker_env: Optional[dict[str, str]] = None) -> str:
+    """The PROCESS environment's config: the boot command, and extra environment for the SDK
+    workers (it travels in the job graph: never secrets; those come from the task managers)."""
+    cfg = {"command": str(SDK_BOOT)}
+    if worker_env:
+        cfg["env"] = dict(worker_env)
+    return json.dumps(cfg)
 
 
 def start(run_dir: str | os.PathLike, *, task_managers: int = 2, task_slots: int = 2,
-          ports: Optional[dict[str, int]] = None, pool_env: Optional[dict[str, str]] = None,
+          ports: Optional[dict[str, int]] = None, worker_env: Optional[dict[str, str]] = None,
           die_with_parent: bool = True, timeout: float = START_TIMEOUT_S) -> Stack:
-    """Start the job manager, the task managers, the job server and the worker pool; return
-    once all task slots are registered and both gRPC services accept connections.
-    pool_env: extra environment for the SDK workers (e.g. S3 endpoint and keys: on a cluster
-    the workers resolve credentials themselves, the job graph carries none)."""
+    """Start the job manager, the task managers and the job server; return once all task
+    slots are registered and the job service accepts connections. worker_env: environment of
+    the task managers, which their SDK workers inherit (e.g. the S3 endpoint and keys: on a
+    cluster the workers resolve credentials themselves, the job graph carries none)."""
     if not isolated_network() and os.environ.get("RAGBEAM_FLINK_EXPOSED") != "1":
-        raise StartError("refusing to start Beam's job server and worker pool outside a private network "
+        raise StartError("refusing to start Beam's job server and Flink's task managers outside a private network "
                          "namespace: they listen on every interface and run any code sent to them. Use "
                          "infra/flink/netns.sh, or set RAGBEAM_FLINK_EXPOSED=1 to accept the exposure")
     ensure_setup()
@@ -306,15 +326,16 @@ def start(run_dir: str | os.PathLike, *, task_managers: int = 2, task_slots: int
     try:
         # start-foreground execs the JVM: the pid is the daemon's, and it dies with us.
         launch("jobmanager", [str(home / "bin" / "jobmanager.sh"), "start-foreground"], flink_env)
+        tm_env = {**flink_env, **(worker_env or {}), "TMPDIR": str(run / "tmp")}
         for i in range(1, task_managers + 1):
-            launch(f"taskmanager-{i}", [str(home / "bin" / "taskmanager.sh"), "start-foreground"], flink_env)
+            launch(f"taskmanager-{i}", [str(home / "bin" / "taskmanager.sh"), "start-foreground"], tm_env,
+                   cwd=str(ROOT))
         classpath = classpath_file().read_text().strip()
         launch("jobserver", ["java", "-cp", classpath, JOB_SERVER_MAIN,
                              "--job-host=127.0.0.1", f"--job-port={ports['job']}",
                              f"--artifact-port={ports['artifact']}", f"--expansion-port={ports['expansion']}",
                              f"--artifacts-dir={run / 'artifacts'}",
                              f"--flink-master=127.0.0.1:{ports['rest']}"], dict(os.environ))
-        launch("pool", *worker_pool_command(ports["pool"], pool_env), cwd=str(ROOT))
         _wait_ready(stack, task_managers * task_slots, timeout)
     except BaseException:
         stack.stop(timeout=5)
@@ -334,7 +355,7 @@ def _wait_ready(stack: Stack, slots: int, timeout: float) -> None:
             registered = sum(tm["slotsNumber"] for tm in stack.task_managers())
         except OSError:
             registered = 0
-        if (registered >= slots and _listening(stack.ports["job"]) and _listening(stack.ports["pool"])):
+        if registered >= slots and _listening(stack.ports["job"]):
             return
         time.sleep(0.5)
     raise StartError(f"the Flink stack was not ready in {timeout:.0f} s (logs in {run / 'log'})")
@@ -366,11 +387,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     t0 = time.monotonic()
     stack = start(args.dir, die_with_parent=args.command == "run")
     print(f"# local Flink stack up in {time.monotonic() - t0:.1f} s: REST http://127.0.0.1:{stack.ports['rest']}, "
-          f"job endpoint {stack.job_endpoint}, worker pool {stack.worker_pool}", file=sys.stderr)
+          f"job endpoint {stack.job_endpoint}", file=sys.stderr)
     if args.command == "start":
         return 0
+    env = {**os.environ, "RAGBEAM_FLINK_JOB_ENDPOINT": stack.job_endpoint}  # configs/flink-local.yaml reads it
     try:
-        return subprocess.call(cmd) if cmd else 0
+        return subprocess.call(cmd, env=env) if cmd else 0
     finally:
         stack.stop()
 

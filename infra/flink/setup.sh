@@ -3,7 +3,10 @@
 #   - Flink 1.16.3 as a FLINK_HOME, unpacked from the PyPI sdists apache-flink-libraries (lib/, opt/,
 #     plugins/, bin/bash-java-utils.jar) and apache-flink (bin/, conf/); never installed into a venv;
 #   - the classpath of Beam's Flink job server (org.apache.beam:beam-runners-flink-1.16:2.56.0 and its
-#     dependencies from Maven Central, into ~/.m2), written as one line to a file.
+#     dependencies from Maven Central, into ~/.m2), written as one line to a file;
+#   - Beam's Python SDK boot program (the entry point of Beam's SDK container images), built from
+#     the Go module github.com/apache/beam/sdks/v2 at the version of the venv's apache-beam: the
+#     task managers start SDK workers through it (PROCESS environment, infra/flink/sdk-boot.sh).
 # Prints the cache dir. Cache: $RAGBEAM_CACHE/flink (default ~/.cache/ragbeam/flink).
 # Nothing here runs at job time: the cluster scripts only read what this made.
 set -euo pipefail
@@ -46,5 +49,15 @@ if [ ! -s "$classpath" ]; then
   # every entry must exist, or the job server would fail later with a less clear error
   tr ':' '\n' < "$classpath.tmp" | while read -r jar; do test -f "$jar" || { echo "missing $jar" >&2; exit 1; }; done
   mv "$classpath.tmp" "$classpath"
+fi
+beam_version="$("$py" -c 'import importlib.metadata as m; print(m.version("apache-beam"))')"
+boot="$cache/beam-boot-$beam_version/boot"
+if [ ! -x "$boot" ]; then
+  echo "flink set-up: building Beam's Python SDK boot program $beam_version (Go module)" >&2
+  gobin="$(mktemp -d "$cache/.boot-XXXXXX")"
+  GOBIN="$gobin" GOFLAGS=-mod=mod go install "github.com/apache/beam/sdks/v2/python/container@v$beam_version" >&2
+  mkdir -p "$(dirname "$boot")"
+  mv "$gobin/container" "$boot.tmp" && mv "$boot.tmp" "$boot"
+  rm -rf "$gobin"
 fi
 echo "$cache"

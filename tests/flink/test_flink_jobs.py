@@ -19,7 +19,6 @@ import pytest
 from pipelines.answer import run_answer
 from pipelines.index import UnbalancedRun, run_index
 from tests.conftest import SAMPLES
-from tests.flink.conftest import extra_worker_pool
 from tests.test_incremental import quiet, s3_config
 from transforms.common import storage
 from transforms.index import publish
@@ -157,11 +156,14 @@ def test_answer_job_on_flink_equals_the_direct_runner(first_runs, flink, s3_serv
     run_answer(direct_config(test_config, s3_server), f"{bucket}/direct-index", f"{bucket}/questions.jsonl",
                f"{bucket}/answers-direct.jsonl", progress=False, log=quiet)
     before = {j["jid"] for j in flink.jobs()}
-    summary = run_answer(flink_config(test_config, s3_server, flink), f"{bucket}/flink-index",
+    # a Flink runner option the Python SDK does not declare reaches the job (Java side)
+    cfg = flink_config(test_config, s3_server, flink, execution_mode_for_batch="BATCH_FORCED")
+    summary = run_answer(cfg, f"{bucket}/flink-index",
                          f"{bucket}/questions.jsonl", f"{bucket}/answers-flink.jsonl", progress=False, log=quiet)
     job = newest_job(flink)
     assert job["jid"] not in before
     assert_ran_on_both_task_managers(flink, job)
+    assert flink.rest(f"/jobs/{job['jid']}/config")["execution-config"]["execution-mode"] == "BATCH_FORCED"
     direct_rows, flink_rows = answers(f"{bucket}/answers-direct.jsonl"), answers(f"{bucket}/answers-flink.jsonl")
     assert [r["id"] for r in flink_rows] == [q["id"] for q in QUESTIONS]
     assert flink_rows == direct_rows
@@ -189,16 +191,16 @@ def test_nightly_run_on_flink_equals_the_direct_runners_nightly(first_runs, flin
                      version_rows(f"{bucket}/flink-index", tmp_path, "f2"))
 
 
-def test_a_run_whose_counts_do_not_reconcile_is_not_published(flink, s3_server, test_config, bucket, tmp_path):
+def test_a_run_whose_counts_do_not_reconcile_is_not_published(flink, s3_server, test_config, bucket):
     upload(s3_server, {rel: (SAMPLES / rel).read_bytes() for rel in ("git/git-version.txt", "man/man3/fnmatch.3")},
            "tiny")
     index = f"{bucket}/unbalanced-index"
     # the parse stage on the cluster's SDK workers silently drops one object
-    with extra_worker_pool(50001, {**s3_server.env(), "RAGBEAM_FAULT_DROP": "parse:git-version.txt"},
-                           tmp_path / "pool.log") as pool:
-        cfg = flink_config(test_config, s3_server, flink, environment_config=pool)
-        with pytest.raises(UnbalancedRun, match=r"read 2 != parsed 1 \+ duplicates 0"):
-            run_index(cfg, f"{bucket}/tiny", index, progress=False, log=quiet)
+    cfg = flink_config(test_config, s3_server, flink)
+    cfg = cfg.model_copy(update={"runner": cfg.runner.model_copy(update={"options": {
+        **cfg.runner.options, **flink.runner_options({"RAGBEAM_FAULT_DROP": "parse:git-version.txt"})}})})
+    with pytest.raises(UnbalancedRun, match=r"read 2 != parsed 1 \+ duplicates 0"):
+        run_index(cfg, f"{bucket}/tiny", index, progress=False, log=quiet)
     assert newest_job(flink)["state"] == "FINISHED"  # the job ran; the driver refused to publish
     assert publish.current_version(index) is None
 
