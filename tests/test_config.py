@@ -79,6 +79,11 @@ def _example_expectations():
         "eval-rerank.yaml": lambda c: [
             (c.runner.name, "DirectRunner"), (c.runner.direct_running_mode, "in_memory"),
             (c.rerank.kind, "embedding"), (c.answer.threshold, None), (c.answer.evidence_threshold, 0.34)],
+        "flink-local.yaml": lambda c: [
+            (c.runner.name, "PortableRunner"),
+            (c.runner.options, {"job_endpoint": "localhost:8099", "environment_type": "PROCESS",
+                                "environment_config": '{"command": "infra/flink/sdk-boot.sh"}', "parallelism": 2}),
+            (c.embed.batch_size, 8)],
         "local-s3.yaml": lambda c: [
             (c.runner.name, "DirectRunner"), (c.s3.endpoint_url, "http://127.0.0.1:8333"),
             (c.s3.region, "us-east-1"),  # ${AWS_REGION:-us-east-1} with AWS_REGION unset

@@ -23,12 +23,10 @@ namespace nothing else listens, so the ports are fixed (configs/flink-local.yaml
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +34,8 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
+
+from infra.procs import alive as _alive, die_with_parent as _die_with_parent, listening as _listening, log_tail as _log_tail
 
 ROOT = Path(__file__).resolve().parents[2]
 FLINK_VERSION = "1.16.3"
@@ -128,35 +128,6 @@ def flink_conf(run_dir: Path, ports: dict[str, int], task_slots: int) -> str:
         "env.java.opts": JAVA17_OPTS,  # the key's name in 1.16 (1.18 calls it env.java.opts.all)
     }
     return "".join(f"{k}: {v}\n" for k, v in conf.items())
-
-
-def _die_with_parent() -> None:
-    # In the child before exec: SIGKILL it when the starting process dies (no orphans).
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def _listening(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _log_tail(path: Path, n: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no log)"
 
 
 def children(pid: int) -> list[int]:

@@ -19,7 +19,6 @@ collide and nothing leaves the host.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import glob
 import json
 import os
@@ -34,6 +33,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
+
+from infra.procs import alive as _alive, die_with_parent as _die_with_parent, listening as _listening, log_tail as _log_tail
 
 REGION = "us-east-1"
 DEV_ACCESS_KEY = "ragbeam-local"
@@ -75,42 +76,6 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
-
-
-def _listening(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie still answers kill(0); it holds no ports
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def _log_tail(path: Path, n: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no log)"
-
-
-def _die_with_parent() -> None:
-    # Runs in the child before exec: SIGKILL it when the parent dies, so a killed
-    # pytest never leaves a server behind. (Linux only; tied to the calling thread.)
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 @dataclass
