@@ -4,7 +4,10 @@ DuckDB opens the artifact as a file, so an answer worker copies `index.duckdb` (
 manifest) of the version it answers from into a local cache dir keyed by version name and
 the artifact's sha256, verifies the sha256 against the manifest, and opens it there. The
 copy is made once per machine (a file lock serializes the worker processes of one host)
-and reused by every later job that answers from the same version.
+and reused by every later job that answers from the same version. Every open checks the
+copy against a fingerprint taken when it was verified (size + sha256 of its first and last
+MiB, and its mtime): a copy replaced, written to or cut since is downloaded and verified
+again, never trusted.
 """
 from __future__ import annotations
 
@@ -63,8 +66,10 @@ def local_index_copy(version_uri: str, expected_sha256: Optional[str] = None, ro
     local = os.path.join(root, f"{name}-{sha[:16]}")
     done = os.path.join(local, ".verified")
     with _host_lock(local + ".lock"):
-        if os.path.exists(done):
+        if _still_verified(local, done, sha):
             return local
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(done)  # a stale or replaced copy: verify a fresh download
         os.makedirs(local, exist_ok=True)
         tmp = os.path.join(local, ARTIFACT + ".download")
         storage.download_file(storage.join(version_uri, ARTIFACT), tmp)
@@ -74,8 +79,36 @@ def local_index_copy(version_uri: str, expected_sha256: Optional[str] = None, ro
             raise ArtifactMismatch(f"{version_uri}/{ARTIFACT}: sha256 {got} != manifest's {sha}")
         os.replace(tmp, os.path.join(local, ARTIFACT))
         storage.write_json(os.path.join(local, MANIFEST), manifest)
-        storage.write_text(done, sha + "\n")
+        storage.write_json(done, {"sha256": sha, **fingerprint(os.path.join(local, ARTIFACT))})
     return local
+
+
+EDGE_BYTES = 1 << 20
+
+
+def fingerprint(path: str) -> dict:
+    """Size, mtime and the sha256 of the first and last MiB: cheap enough for every open. A
+    write anywhere moves the mtime; a copy put back with its old mtime still has to match
+    in size, header and footer (DuckDB keeps its headers in the first blocks)."""
+    import hashlib
+    size = os.path.getsize(path)
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read(EDGE_BYTES))
+        if size > EDGE_BYTES:
+            f.seek(max(EDGE_BYTES, size - EDGE_BYTES))
+            h.update(f.read(EDGE_BYTES))
+    return {"size": size, "mtime_ns": os.stat(path).st_mtime_ns, "edges_sha256": h.hexdigest()}
+
+
+def _still_verified(local: str, done: str, sha: str) -> bool:
+    try:
+        with open(done, encoding="utf-8") as f:
+            marker = json.load(f)
+        return (isinstance(marker, dict) and marker.get("sha256") == sha
+                and {k: marker.get(k) for k in ("size", "mtime_ns", "edges_sha256")} == fingerprint(os.path.join(local, ARTIFACT)))
+    except (OSError, ValueError):
+        return False  # no marker, an old-style one, or no artifact: verify again
 
 
 class CachedIndexAnswerShardFn(AnswerShardFn):
