@@ -159,6 +159,9 @@ class AnswerConfig(_Strict):
     threshold: Optional[float] = Field(None, ge=-1, le=2)  # None: 0.34 for evidence model, 0.58 for sentence
     # extractive sentence selection (transforms/query/extract.py)
     gap: float = Field(0.12, ge=0, le=2)  # keep sentences scoring within this of the best
+    # sentences scoring within this of the best are read for competing numbers and dates
+    # (the answer's `conflicts`); 0 turns the check off
+    conflict_gap: float = Field(0.15, ge=0, le=2)
     lexical_weight: float = Field(0.7, ge=0, le=2)  # share of the question's (idf-weighted) words
     lexical_idf: bool = True  # weigh the question's words by inverse document frequency
     type_weight: float = Field(0.1, ge=0, le=2)  # the sentence holds the asked kind (year, number, name)

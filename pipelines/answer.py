@@ -76,7 +76,7 @@ def write_part(path: str, records: list[dict], fmt: str) -> None:
     if fmt == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
-        nested = ("citations", "retrieved", "retrieved_docs", "trace")  # JSON text columns: one schema for every shard
+        nested = ("citations", "conflicts", "retrieved", "retrieved_docs", "trace")  # JSON text columns: one schema for every shard
         rows = [{k: (json.dumps(v) if k in nested else v) for k, v in r.items()} for r in records]
         pq.write_table(pa.Table.from_pylist(rows), tmp, compression="zstd")
     else:

@@ -39,6 +39,7 @@ class AnswerResult:
     error: Optional[str] = None
     n_sentences_removed: int = 0  # generated sentences without a valid citation (removed)
     n_quotes_removed: int = 0  # sentences removed because a quoted span was not in its source
+    conflicts: list[dict] = field(default_factory=list)  # sources giving other values (conflicts.py)
 
 
 class Answerer(Protocol):

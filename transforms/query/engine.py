@@ -89,6 +89,7 @@ class QAEngine:
         if a.kind == "extractive":
             self.answerer = SentenceAnswerer(self.embedder, self.sentences, SentenceParams(
                 max_sentences=a.max_sentences, top_chunks=a.top_chunks, threshold=a.evidence_threshold, gap=a.gap,
+                conflict_gap=a.conflict_gap,
                 lexical_weight=a.lexical_weight, rank_weight=a.rank_weight, mmr_lambda=a.mmr_lambda,
                 dup_sim=a.dup_sim, type_weight=a.type_weight, same_source_bonus=a.same_source_bonus,
                 evidence_lexical_weight=a.evidence_lexical_weight,
@@ -233,6 +234,7 @@ class QAEngine:
                 unsupported_sentences_removed=getattr(res, "n_sentences_removed", 0),
                 unfound_quotes_removed=getattr(res, "n_quotes_removed", 0),
                 evidence_score=round(float(res.evidence_score), 4),
+                conflicts=getattr(res, "conflicts", []),
                 retrieved=[{"rank": i + 1, "doc_id": c.doc_id, "chunk_id": c.chunk_id,
                             "source": c.source_uri, "score": round(float(c.final_score), 6)}
                            for i, c in enumerate(ranked[:top_k])],

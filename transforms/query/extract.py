@@ -40,6 +40,7 @@ import numpy as np
 
 from transforms.query.answer import EXTRACTIVE_NOT_FOUND, AnswerResult
 from transforms.query.cite import cite_sentences, normalize_for_match
+from transforms.query.conflicts import find_conflicts
 from transforms.query.records import Candidate
 from transforms.query.rerank import VectorCache, candidate_sentences
 from transforms.ingest.sentvec import SentenceStore
@@ -100,6 +101,7 @@ class SentenceParams:
     top_chunks: int = 5
     threshold: float = 0.55
     gap: float = 0.12  # keep sentences scoring within this of the best
+    conflict_gap: float = 0.15  # rivals within this of the best are read for competing values
     lexical_weight: float = 0.15
     rank_weight: float = 0.0  # bonus rank_weight / chunk rank (1 for the top chunk)
     mmr_lambda: float = 1.0  # 1: pure relevance order; < 1 penalises redundancy with picked sentences
@@ -279,5 +281,12 @@ class SentenceAnswerer:
             return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found", evidence_score=evidence)
         picked = self.select(flat, score, mat)
         check = cite_sentences([flat[i] for i in picked], cands)
+        # rivals: the other sentences as strong as an answer sentence could have been
+        conflicts = []
+        if self.p.conflict_gap > 0:
+            floor = float(score.max()) - self.p.conflict_gap
+            rivals = [flat[i] for i in np.argsort(-score, kind="stable") if score[i] >= floor and i not in picked]
+            conflicts = find_conflicts(content_words(question), [flat[i] for i in picked], rivals, cands,
+                                       content_words)
         return AnswerResult(check.answer, "answered", check.citations, check.n_invalid,
-                            evidence_score=evidence)
+                            evidence_score=evidence, conflicts=conflicts)

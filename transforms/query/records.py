@@ -90,6 +90,7 @@ class AnswerRecord:
     unsupported_sentences_removed: int = 0  # generated sentences without a valid citation
     unfound_quotes_removed: int = 0  # quoted spans not found in their source
     evidence_score: float = 0.0
+    conflicts: list[dict] = field(default_factory=list)  # competing values among the top sources
     retrieved: list[dict] = field(default_factory=list)  # ranked chunks: rank, doc_id, chunk_id, source, score
     retrieved_docs: list[dict] = field(default_factory=list)  # ranked distinct documents: rank, doc_id, score
     index_version: Optional[str] = None
