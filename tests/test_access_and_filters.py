@@ -5,6 +5,8 @@ import json
 
 import pytest
 
+from transforms.records import record_id_of
+
 from pipelines.answer import run_answer
 from transforms.index import publish
 from transforms.index.shards import read_table
@@ -50,7 +52,8 @@ def test_acl_prefix_rules_give_files_their_groups(acl_index):
     assert by_key["man/man3/fnmatch.3"] == {("devs", "c-devs")}  # every matching rule, in order
     assert by_key["nodejs/api/punycode.md"] == {()}  # no rule: public
     # JSONL records keep their own acl; the others under records/ stay public
-    faq = {r["doc_id"]: tuple(r["acl"] or []) for r in chunks.values() if r["meta"]["key"] == "records/faq.jsonl"}
+    faq = {record_id_of(r["doc_id"]): tuple(r["acl"] or []) for r in chunks.values()
+           if r["meta"]["key"] == "records/faq.jsonl"}
     assert faq["faq-007"] == ("staff",) and faq["faq-001"] == ()
 
 
@@ -110,8 +113,8 @@ def _check_answers(recs, chunks):
     assert not any(k.endswith("fnmatch.3") for k in keys("pub"))
     assert keys("dev")[0].endswith("man/man3/fnmatch.3")
     # the filter keeps out the document that answers the question
-    assert "faq-001" not in {x["doc_id"] for x in by_id["compliance"]["retrieved"]}
-    assert {x["doc_id"] for x in by_id["staff-ops"]["retrieved"]} == {"faq-008"}  # staff + operations
+    assert "faq-001" not in {record_id_of(x["doc_id"]) for x in by_id["compliance"]["retrieved"]}
+    assert {record_id_of(x["doc_id"]) for x in by_id["staff-ops"]["retrieved"]} == {"faq-008"}  # staff + operations
     assert all(k.endswith("fnmatch.3") for k in keys("man-only"))
 
 

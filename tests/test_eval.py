@@ -171,7 +171,8 @@ def test_the_answer_file_reproduces_the_reports_final_ndcg(tiny, gated, tmp_path
                  "--output", str(out), "--quiet"]) == 0
     rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
     qrels = {q: rel for q, _, rel, _ in QUERIES}
-    scores = [_external_ndcg10([d["doc_id"] for d in rows[q]["retrieved_docs"]], qrels[q]) for q in qrels]
+    # qrels name corpus.jsonl records by their own id: the answer file gives it as record_id
+    scores = [_external_ndcg10([d["record_id"] for d in rows[q]["retrieved_docs"]], qrels[q]) for q in qrels]
     assert all(len({d["doc_id"] for d in r["retrieved_docs"]}) == len(r["retrieved_docs"]) == 10 for r in rows.values())
     assert sum(scores) / len(scores) == pytest.approx(report["stages"]["final"]["ndcg@10"], abs=1e-12)
 
@@ -236,6 +237,7 @@ def test_gate_refuses_a_broken_version_and_keeps_the_live_one(gated):
     from transforms.ingest.embed import model_spec_from_config
     from transforms.query.engine import QAEngine
     from transforms.query.records import Question
+    from transforms.records import record_id_of
 
     cfg, source, _, index_dir, summary = gated
     assert summary["gate"]["passed"] and summary["gate"]["new"] > 0.5
@@ -256,7 +258,7 @@ def test_gate_refuses_a_broken_version_and_keeps_the_live_one(gated):
     finally:
         engine.close()
     assert rec.status == "answered" and rec.index_version == live
-    assert "80 degrees" in rec.answer and rec.retrieved[0]["doc_id"] == "tea_1"
+    assert "80 degrees" in rec.answer and record_id_of(rec.retrieved[0]["doc_id"]) == "tea_1"
 
 
 @pytest.fixture(scope="module")

@@ -240,10 +240,10 @@ def test_11_a_record_acl_only_narrows_its_path_rule():
              {"id": "other", "text": "t2", "acl": ["everyone"]},
              {"id": "plain", "text": "t3"}]
     data = "\n".join(json.dumps(r) for r in lines).encode()
-    docs = {d.doc_id: d.acl for d in _parse("/c/restricted/r.jsonl", "restricted/r.jsonl", data, rules)}
+    docs = {d.metadata["record_id"]: d.acl for d in _parse("/c/restricted/r.jsonl", "restricted/r.jsonl", data, rules)}
     assert docs == {"wide": ["staff"], "other": [NOBODY], "plain": ["staff", "hr"]}
     # no rule on the path: the record's own acl stands
-    docs = {d.doc_id: d.acl for d in _parse("/c/open/r.jsonl", "open/r.jsonl", data, rules)}
+    docs = {d.metadata["record_id"]: d.acl for d in _parse("/c/open/r.jsonl", "open/r.jsonl", data, rules)}
     assert docs["wide"] == ["everyone", "staff"] and docs["plain"] == []
 
 

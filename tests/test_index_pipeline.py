@@ -149,7 +149,8 @@ def test_a_record_repeated_in_two_files_is_one_document(test_config, tmp_path):
     (tmp_path / "src" / "b.jsonl").write_text(_json.dumps({"id": "b1", "text": "Only in b."}) + "\n" + shared + "\n")
     s = run_index(test_config, str(tmp_path / "src"), str(tmp_path / "idx"), progress=False, log=lambda *_: None)
     assert s["balanced"] and s["documents"] == 3 and s["duplicate_documents"] == 1
-    docs = {d["doc_id"]: d for d in read_table(version(tmp_path / "idx"), "documents").to_pylist()}
+    from transforms.records import record_id_of
+    docs = {record_id_of(d["doc_id"]): d for d in read_table(version(tmp_path / "idx"), "documents").to_pylist()}
     assert sorted(docs) == ["a1", "b1", "r-shared"]
     assert [u.rsplit("/", 1)[-1] for u in docs["r-shared"]["source_uris"]] == ["a.jsonl", "b.jsonl"]
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from transforms.records import record_doc_id, record_id_of
+
 from transforms.ingest.parse import (PARSER_VERSION, ParseError, parse_object,
                               parse_object_with_errors, sniff_format)
 from transforms.records import RawObject, sha256_hex, stable_id
@@ -207,16 +209,35 @@ def test_jsonl_records():
     raw = raw_of("records/faq.jsonl")
     docs, errors = parse_object_with_errors(raw)
     assert errors == [] and len(docs) == 15
-    by_id = {d.doc_id: d for d in docs}
+    by_id = {d.metadata["record_id"]: d for d in docs}
+    assert all(d.doc_id == record_doc_id("records/faq.jsonl", rid) and record_id_of(d.doc_id) == rid
+               for rid, d in by_id.items())
     faq1 = by_id["faq-001"]
     assert faq1.format == "jsonl" and faq1.title == "What does error ERR_CONN_4042 mean?"
     assert "ERR_CONN_4042" in faq1.text and faq1.acl == []
     assert faq1.metadata["product"] == "ragbeam-gateway" and "text" not in faq1.metadata
+    assert faq1.metadata["record_id"] == "faq-001"
     assert by_id["faq-007"].acl == ["staff"]
     assert by_id["faq-014"].acl == ["staff", "auditors"]
     first_line = raw.data.split(b"\n")[0]
     assert faq1.content_hash == sha256_hex(first_line) != raw.content_hash
     assert faq1.source_hash == raw.content_hash
+
+
+def test_jsonl_record_ids_are_unique_per_file():
+    """The same record id in two files, or one equal to another file's path-derived id, names
+    distinct documents; the record's own id stays visible as metadata.record_id."""
+    from transforms.records import stable_id
+    line = b'{"id": "%s", "text": "same id, other file"}\n'
+    a = parse_object(RawObject.from_bytes("file:///x/a.jsonl", "a.jsonl", line % b"r1"))[0]
+    b = parse_object(RawObject.from_bytes("file:///x/b.jsonl", "b.jsonl", line % b"r1"))[0]
+    path_id = stable_id("doc", "notes.txt")  # what a plain file's doc_id is
+    c = parse_object(RawObject.from_bytes("file:///x/c.jsonl", "c.jsonl", line % path_id.encode()))[0]
+    assert a.doc_id != b.doc_id and a.metadata["record_id"] == b.metadata["record_id"] == "r1"
+    assert c.doc_id != path_id and c.metadata["record_id"] == path_id
+    assert record_id_of(path_id) is None and record_id_of(c.doc_id) == path_id
+    tricky = parse_object(RawObject.from_bytes("file:///x/d.jsonl", "d.jsonl", line % b"x@0123456789ab"))[0]
+    assert record_id_of(tricky.doc_id) == "x@0123456789ab"
 
 
 def test_jsonl_bad_lines_reported():
@@ -232,7 +253,7 @@ def test_jsonl_bad_lines_reported():
     assert docs[0].content_hash == parse_object(raw_of("records/faq.jsonl"))[0].content_hash
     # A title-less record is titled by its id.
     solo = RawObject.from_bytes("file:///x/a.jsonl", "a.jsonl", b'{"_id": 7, "text": "hello"}\n')
-    assert parse_object(solo)[0].title == "7" and parse_object(solo)[0].doc_id == "7"
+    assert parse_object(solo)[0].title == "7" and record_id_of(parse_object(solo)[0].doc_id) == "7"
     # Nothing usable: the whole file is a parse error.
     bad = RawObject.from_bytes("file:///x/b.jsonl", "b.jsonl", b'{"text": "no id"}\n')
     with pytest.raises(ParseError, match="no valid records.*line 1: missing id"):

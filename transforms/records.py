@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -26,6 +27,22 @@ def stable_id(*parts: str, length: int = 32) -> str:
     """A deterministic id from its parts (same parts -> same id on any runner)."""
     h = hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
     return h[:length]
+
+
+def record_doc_id(key: str, record_id: str) -> str:
+    """A JSONL record's doc_id: its own id, then "@" and 12 hex digits of its file's key, so
+    the same record id in two files names two documents, and none equals a file's
+    path-derived id (32 hex digits, no "@"). record_id_of() reads the record id back."""
+    return f"{record_id}@{stable_id('source', key, length=12)}"
+
+
+_RECORD_DOC_ID = re.compile(r"(.*)@[0-9a-f]{12}", re.S)
+
+
+def record_id_of(doc_id: str) -> Optional[str]:
+    """The record's own id for a JSONL record's doc_id; None for any other document."""
+    m = _RECORD_DOC_ID.fullmatch(doc_id)
+    return m.group(1) if m else None
 
 
 @dataclass(frozen=True)

@@ -99,13 +99,15 @@ def query_group(qid: str) -> Optional[str]:
 # --- documents: index doc ids <-> the dataset's corpus ids ------------------------------
 
 class DocLabels:
-    """Qrels name documents by doc_id (corpus.jsonl) or by path under the input
-    (a folder corpus, where a doc's `key` is that path). Content-identical copies
+    """Qrels name documents by record id (corpus.jsonl: a JSONL record's own `id`, which its
+    doc_id "<id>@<12 hex of the file's key>" starts with: parse.jsonl.record_id_of) or by path under
+    the input (a folder corpus, where a doc's `key` is that path). Content-identical copies
     are one document in the index; every copy's path names it, and so does every
-    near-duplicate member's path or id (its representative's document)."""
+    near-duplicate member's path or record id (its representative's document)."""
 
     def __init__(self, version_dir: str, qrel_ids: set[str]):
         from transforms.index.shards import read_table
+        from transforms.records import record_id_of
         t = read_table(version_dir, "documents", ["doc_id", "key", "source_uri", "source_uris"]).to_pylist()
         by_key: dict[str, str] = {}
         for r in t:
@@ -114,18 +116,19 @@ class DocLabels:
             for u in r["source_uris"] or []:
                 if root and u.startswith(root):
                     by_key.setdefault(u[len(root):], r["doc_id"])
-        doc_ids = {r["doc_id"] for r in t}
+        doc_ids = {r["doc_id"]: record_id_of(r["doc_id"]) or r["doc_id"] for r in t}  # doc_id -> its label
         # near-duplicate members (index job, dedupe.near_duplicates) are served by their
         # representative: a member's paths are among its source_uris, its id maps here
         members: dict[str, str] = {}
         try:
             for r in read_table(version_dir, "near_duplicates", ["member", "representative"]).to_pylist():
                 if r["representative"] in doc_ids:
-                    members[r["member"]] = r["representative"]
+                    members[record_id_of(r["member"]) or r["member"]] = r["representative"]
         except FileNotFoundError:
             pass
-        self.by_key = len(qrel_ids & set(by_key)) > len(qrel_ids & (doc_ids | set(members)))
-        self.doc_of = by_key if self.by_key else {**members, **{d: d for d in doc_ids}}
+        labels = set(doc_ids.values()) | set(members)
+        self.by_key = len(qrel_ids & set(by_key)) > len(qrel_ids & labels)
+        self.doc_of = by_key if self.by_key else {**members, **{label: d for d, label in doc_ids.items()}}
         self.labels: dict[str, list[str]] = {}
         for label, d in self.doc_of.items():
             self.labels.setdefault(d, []).append(label)
@@ -138,3 +141,4 @@ class DocLabels:
             d = self.doc_of.get(label, ("missing", label))
             out[d] = max(out.get(d, g), g)
         return out
+

@@ -21,6 +21,7 @@ from transforms.query.chunkstore import ChunkTable
 from transforms.query.extract import SentenceAnswerer
 from transforms.query.fuse import bm25_scores_for, convex_fuse, rrf_fuse
 from transforms.query.records import AnswerRecord, Candidate, Question
+from transforms.records import record_id_of
 from transforms.query.rerank import VectorCache
 from transforms.query.retrieve import BM25Index, DenseIndex, FilterMasks, choose_dense_mode, search_hnsw
 
@@ -200,6 +201,9 @@ class QAEngine:
             if d not in seen:
                 seen.add(d)
                 out.append({"rank": len(out) + 1, "doc_id": d, "score": round(float(s), 6)})
+                rid = record_id_of(d)
+                if rid is not None:  # a JSONL record: the id its file gave it (what qrels name)
+                    out[-1]["record_id"] = rid
                 if len(out) == k:
                     break
         return out

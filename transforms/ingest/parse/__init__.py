@@ -20,7 +20,8 @@ from transforms.common.stage import Outputs, StageFn
 from transforms.ingest.parse.base import ParseError
 from transforms.records import Document, RawObject, UniqueObject
 
-PARSER_VERSION = "2"  # bump whenever parser output changes (forces re-indexing); 2: OCR of scanned pages
+PARSER_VERSION = "3"  # bump whenever parser output changes (forces re-indexing); 2: OCR of scanned pages;
+# 3: a JSONL record's doc_id is "<record id>@<12 hex of its file's key>"
 
 __all__ = ["PARSER_VERSION", "ParseError", "sniff_format", "parse_object",
            "parse_object_with_errors", "acl_for", "parse_unique", "ParseFn", "ParseObjects"]

@@ -5,7 +5,7 @@ import json
 from typing import Optional
 
 from transforms.ingest.parse.base import ParseError, make_document, norm_lines
-from transforms.records import Document, RawObject, Section, sha256_hex
+from transforms.records import Document, RawObject, Section, record_doc_id, sha256_hex
 
 _RESERVED = {"id", "_id", "title", "text", "acl"}
 
@@ -31,11 +31,12 @@ def _record(raw: RawObject, line: bytes, source_uris: Optional[list[str]]) -> Do
     title = rec.get("title")
     title = str(title).strip() if title not in (None, "") else str(rid)
     meta = {k: v for k, v in rec.items() if k not in _RESERVED}
+    meta["record_id"] = str(rid)  # the record's own id, as users and eval labels name it
     # Paragraph structure is kept; whitespace inside paragraphs is normalised.
     paras = [norm_lines(p) for p in text.replace("\r\n", "\n").split("\n\n")]
     body = "\n\n".join(p for p in paras if p)
     return make_document(raw, "jsonl", title, [Section([], body)], source_uris, meta,
-                         doc_id=str(rid), content_hash=sha256_hex(line), acl=acl)
+                         doc_id=record_doc_id(raw.key, str(rid)), content_hash=sha256_hex(line), acl=acl)
 
 
 def parse_jsonl(raw: RawObject, source_uris: Optional[list[str]] = None
@@ -58,7 +59,8 @@ def parse_jsonl(raw: RawObject, source_uris: Optional[list[str]] = None
             errors.append(f"line {n}: {type(e).__name__}: {e}")
             continue
         if doc.doc_id in seen:
-            errors.append(f"line {n}: duplicate id {doc.doc_id!r} (first on line {seen[doc.doc_id]})")
+            rid = doc.metadata["record_id"]
+            errors.append(f"line {n}: duplicate id {rid!r} (first on line {seen[doc.doc_id]})")
             continue
         seen[doc.doc_id] = n
         docs.append(doc)
