@@ -185,8 +185,10 @@ def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress
     of a different job is refused unless `overwrite`; the question file is checked whole first."""
     from transforms.common.lock import exclusive_lock
     from transforms.common.s3 import settings_from_config as s3_settings
+    from transforms.query.output_guard import refuse_output_over_inputs
     from transforms.query.output_stats import check_question_file
 
+    refuse_output_over_inputs(output, questions, index)  # before the lock file is made beside it
     check_question_file(questions, s3_settings(cfg))  # whole-file problems: before any pipeline
     with exclusive_lock(output + ".lock", output):
         return _run_answer(cfg, index, questions, output, progress=progress, beam_args=beam_args, log=log,

@@ -51,11 +51,12 @@ def _answer(args) -> int:
     if args.format:
         cfg = cfg.model_copy(update={"output": cfg.output.model_copy(update={"format": args.format})})
     from transforms.common.lock import BusyError
+    from transforms.query.output_guard import OutputPathError
     from transforms.query.output_stats import OutputExistsError, QuestionFileError
     try:
         summary = run_answer(cfg, args.index, args.questions, args.output, progress=not args.quiet,
                              beam_args=args.beam_args, overwrite=args.overwrite, trace=args.trace)
-    except (QuestionFileError, OutputExistsError, BusyError) as e:
+    except (QuestionFileError, OutputExistsError, OutputPathError, BusyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"answers      {summary['questions_written']} written to {args.output}: "
