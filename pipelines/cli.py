@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
 
@@ -149,6 +150,19 @@ def main(argv=None) -> int:
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # one line for what a person can fix; anything else keeps its traceback
+        from transforms.common.errors import ActionableError, is_s3_failure, s3_error
+        if isinstance(e, ActionableError):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if is_s3_failure(e):
+            print(f"error: {s3_error(e, '')}", file=sys.stderr)
+            return 2
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+            print(f"error: disk full (no space left on the device) writing {e.filename or 'a file'}; "
+                  "free space or point TMPDIR / --output elsewhere", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

@@ -176,3 +176,107 @@ def test_s3_outputs_are_compared_by_prefix():
         refuse_output_over_inputs("s3://b/idx/CURRENT", q, "s3://b/idx/versions/v1")
     refuse_output_over_inputs("s3://b/idx-answers.jsonl", q, ix)
     refuse_output_over_inputs("s3://b/answers.jsonl", q, ix)
+
+
+# --- errors people can act on: one line, exit 2, no traceback --------------------------------
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    """This process talks to the test S3 server through the config's environment overrides."""
+    from transforms.common import storage
+    for k, v in {**s3_server.env(), "RAGBEAM__S3__ENDPOINT_URL": s3_server.endpoint_url,
+                 "RAGBEAM__S3__REGION": s3_server.region, "RAGBEAM__S3__ACCESS_KEY_ID": s3_server.access_key,
+                 "RAGBEAM__S3__SECRET_ACCESS_KEY": s3_server.secret_key}.items():
+        if k.startswith(("RAGBEAM__S3__", "AWS_")):
+            monkeypatch.setenv(k, v)
+    monkeypatch.setattr(storage, "_clients", {})  # no client made with another test's keys
+    c = s3_server.client()
+    try:
+        c.create_bucket(Bucket="hardening2")
+    except (c.exceptions.BucketAlreadyOwnedByYou, c.exceptions.BucketAlreadyExists):
+        pass
+    c.put_object(Bucket="hardening2", Key="docs/a.txt", Body=b"some text\n")
+    return s3_server
+
+
+def test_a_missing_s3_input_bucket_is_one_line(s3_env, tmp_path, capsys):
+    from pipelines.cli import main
+    rc = main(["index", "--quiet", "--input", "s3://no-such-bucket-h2/docs", "--output", str(tmp_path / "ix")])
+    one_line_error(capsys, rc, "--input s3://no-such-bucket-h2/docs: no such bucket 'no-such-bucket-h2'")
+
+
+@pytest.mark.parametrize("variable, value, code", [
+    ("RAGBEAM__S3__ACCESS_KEY_ID", "AKIAWRONGKEY0000H2", "InvalidAccessKeyId"),
+    ("RAGBEAM__S3__SECRET_ACCESS_KEY", "wrong-secret-h2-do-not-print", "SignatureDoesNotMatch")])
+def test_wrong_s3_credentials_are_one_line_that_never_echoes_them(s3_env, tmp_path, capsys, monkeypatch,
+                                                                 variable, value, code):
+    from pipelines.cli import main
+    monkeypatch.setenv(variable, value)
+    rc = main(["index", "--quiet", "--input", "s3://hardening2/docs", "--output", str(tmp_path / "ix")])
+    line = one_line_error(capsys, rc, "--input s3://hardening2/docs", code)
+    assert value not in line and s3_env.secret_key not in line
+
+
+def test_access_denied_at_listing_is_an_s3_access_error(monkeypatch):
+    from botocore.exceptions import ClientError
+
+    from transforms.common.errors import ActionableError
+    from transforms.common.s3 import S3Settings
+    from transforms.ingest.read import list_objects
+
+    class Denied:
+        def get_paginator(self, _):
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, "ListObjectsV2")
+    monkeypatch.setattr(S3Settings, "client", lambda self: Denied())
+    with pytest.raises(ActionableError, match=r"--input s3://b/p: access denied \(AccessDenied\)"):
+        list_objects("s3://b/p", S3Settings())
+
+
+@pytest.mark.parametrize("body", [b'{"expires_at": "tomorrow"}', b'["owner", 1]', b"not json",
+                                  b'{"owner": "x", "expires_at": NaN}'])
+def test_a_malformed_lock_object_is_one_line(s3_env, tmp_path, capsys, body):
+    from pipelines.cli import main
+    s3_env.client().put_object(Bucket="hardening2", Key="idx-badlock/.lock", Body=body)
+    rc = main(["index", "--quiet", "--input", str(tmp_path), "--output", "s3://hardening2/idx-badlock"])
+    one_line_error(capsys, rc, "lock s3://hardening2/idx-badlock/.lock is not a ragbeam lock object", "delete it")
+    assert s3_env.client().get_object(Bucket="hardening2", Key="idx-badlock/.lock")["Body"].read() == body
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "0", "inf", "nan"])
+def test_an_invalid_lock_lease_variable_is_one_line(tmp_path, capsys, monkeypatch, value):
+    from pipelines.cli import main
+    monkeypatch.setenv("RAGBEAM_INDEX_LOCK_LEASE_S", value)
+    rc = main(["index", "--quiet", "--input", str(tmp_path), "--output", "s3://nowhere-h2/idx"])
+    one_line_error(capsys, rc, f"RAGBEAM_INDEX_LOCK_LEASE_S={value!r}: expected a positive number of seconds")
+
+
+def test_an_artifact_whose_sha256_does_not_match_its_manifest_is_one_line(s3_env, tmp_path, capsys, monkeypatch):
+    from pipelines.cli import main
+    from transforms.ingest.embed import model_spec_from_config
+    spec = model_spec_from_config(load_config(environ={}))
+    c = s3_env.client()
+    manifest = {"model": {"id": spec.model_id, "sha256": spec.model_sha256, "max_length": spec.max_length},
+                "artifact": {"sha256": "0" * 64}}
+    c.put_object(Bucket="hardening2", Key="idx-badsha/versions/v1/manifest.json", Body=json.dumps(manifest).encode())
+    c.put_object(Bucket="hardening2", Key="idx-badsha/versions/v1/index.duckdb", Body=b"not the artifact")
+    c.put_object(Bucket="hardening2", Key="idx-badsha/CURRENT", Body=b"v1\n")
+    monkeypatch.setenv("RAGBEAM_INDEX_CACHE_DIR", str(tmp_path / "cache"))
+    q = questions_file(tmp_path)
+    rc = main(["answer", "--quiet", "--index", "s3://hardening2/idx-badsha", "--questions", str(q),
+               "--output", str(tmp_path / "answers.jsonl")])
+    one_line_error(capsys, rc, "index.duckdb: sha256", "!= manifest's " + "0" * 64)
+    assert not (tmp_path / "answers.jsonl").exists() and not (tmp_path / "answers.jsonl.parts").exists()
+
+
+def test_a_full_disk_is_one_line(tmp_path, capsys, monkeypatch):
+    import errno
+
+    import pipelines.answer
+    from pipelines.cli import main
+
+    def full(*_, **__):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "answers.jsonl.tmp"))
+    monkeypatch.setattr(pipelines.answer, "run_answer", full)
+    rc = main(["answer", "--index", str(tmp_path), "--questions", str(questions_file(tmp_path)),
+               "--output", str(tmp_path / "answers.jsonl")])
+    one_line_error(capsys, rc, "disk full", "answers.jsonl.tmp")
