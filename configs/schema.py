@@ -281,9 +281,12 @@ def _apply_env_overrides(data: dict, environ) -> dict:
             if not isinstance(node, dict):
                 raise ConfigError(f"{name}: {'.'.join(path)} does not name a config key")
         if _field_wants_structure(path) and value.strip():
+            from configs.yaml_safe import YamlConfigError, load_yaml
             try:
-                node[path[-1]] = yaml.safe_load(value)
-            except yaml.YAMLError:
+                node[path[-1]] = load_yaml(value)
+            except YamlConfigError as e:
+                raise ConfigError(f"{name}: {'.'.join(path)}: {e}") from None
+            except (yaml.YAMLError, RecursionError):
                 raise ConfigError(f"{name}: {'.'.join(path)}: not valid YAML/JSON") from None
         else:
             node[path[-1]] = value
@@ -423,13 +426,19 @@ def load_config(path: str | os.PathLike | None = None, environ=None) -> Config:
     """Load and validate a YAML config; raise ConfigError naming the bad key."""
     environ = os.environ if environ is None else environ
     source = str(path or DEFAULT_CONFIG)
+    from configs.yaml_safe import MAX_CONFIG_BYTES, YamlConfigError, load_yaml
     try:
         with open(source, encoding="utf-8") as f:
-            data = yaml.safe_load(f) or {}
+            text = f.read(MAX_CONFIG_BYTES + 1)  # never more: the size cap is checked on what was read
+        data = load_yaml(text) or {}
     except FileNotFoundError:
         raise ConfigError(f"{source}: config file not found") from None
+    except YamlConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{source}: not valid YAML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: YAML nested too deeply") from None
     except (UnicodeDecodeError, IsADirectoryError, PermissionError) as e:
         raise ConfigError(f"{source}: cannot read the config file: {type(e).__name__}") from None
     if not isinstance(data, dict):

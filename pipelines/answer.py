@@ -178,6 +178,12 @@ def worker_config(cfg: Config) -> Config:
                                                                   "secret_access_key": None})})
 
 
+def _workers_on_this_host(cfg: Config, beam_args: Optional[list[str]]) -> bool:
+    """The in-process runners share this host's index cache, so the driver may fill it."""
+    local = cfg.runner.name in ("DirectRunner", "FnApiRunner")
+    return local and not any(a.startswith("--runner") for a in beam_args or [])
+
+
 def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress: bool = True,
                beam_args: Optional[list[str]] = None, log=print, overwrite: bool = False,
                trace: bool = False) -> dict:
@@ -185,8 +191,10 @@ def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress
     of a different job is refused unless `overwrite`; the question file is checked whole first."""
     from transforms.common.lock import exclusive_lock
     from transforms.common.s3 import settings_from_config as s3_settings
+    from transforms.query.output_guard import refuse_output_over_inputs
     from transforms.query.output_stats import check_question_file
 
+    refuse_output_over_inputs(output, questions, index)  # before the lock file is made beside it
     check_question_file(questions, s3_settings(cfg))  # whole-file problems: before any pipeline
     with exclusive_lock(output + ".lock", output):
         return _run_answer(cfg, index, questions, output, progress=progress, beam_args=beam_args, log=log,
@@ -209,6 +217,10 @@ def _run_answer(cfg: Config, index: str, questions: str, output: str, *, progres
     from transforms.query.engine import check_model
     manifest = json.loads(storage.read_text(storage.join(version_dir, "manifest.json")))
     check_model(manifest, spec)  # refuse before any work, not in every worker
+    artifact_sha = (manifest.get("artifact") or {}).get("sha256")
+    if is_s3(version_dir) and _workers_on_this_host(cfg, beam_args):
+        from transforms.query.index_cache import local_index_copy
+        local_index_copy(version_dir, artifact_sha)  # a bad artifact: one line here, not a Beam traceback
     s3 = s3_settings(cfg)
     pieces, n_lines = plan_pieces(questions, s3)  # byte ranges / row groups, read inside the pipeline
     shards, fmt = shards_for(n_lines, cfg.output.questions_per_shard, cfg.output.shards), cfg.output.format
@@ -235,7 +247,7 @@ def _run_answer(cfg: Config, index: str, questions: str, output: str, *, progres
          | "GroupByShard" >> beam.GroupByKey()
          | "OrderAndDedupe" >> beam.MapTuple(lambda s, recs: (s, order_and_dedupe(list(recs))))
          | "AnswerShard" >> beam.ParDo(CachedIndexAnswerShardFn(
-             version_dir, worker_config(cfg), spec, (manifest.get("artifact") or {}).get("sha256"),
+             version_dir, worker_config(cfg), spec, artifact_sha,
              progress_every_s=5.0 if progress else 0.0, trace=trace))
          | "WriteShard" >> beam.ParDo(WriteShardFn(parts_dir, shards, fmt)))
     stats = counters(p.result)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
 
@@ -51,11 +52,12 @@ def _answer(args) -> int:
     if args.format:
         cfg = cfg.model_copy(update={"output": cfg.output.model_copy(update={"format": args.format})})
     from transforms.common.lock import BusyError
+    from transforms.query.output_guard import OutputPathError
     from transforms.query.output_stats import OutputExistsError, QuestionFileError
     try:
         summary = run_answer(cfg, args.index, args.questions, args.output, progress=not args.quiet,
                              beam_args=args.beam_args, overwrite=args.overwrite, trace=args.trace)
-    except (QuestionFileError, OutputExistsError, BusyError) as e:
+    except (QuestionFileError, OutputExistsError, OutputPathError, BusyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"answers      {summary['questions_written']} written to {args.output}: "
@@ -148,6 +150,19 @@ def main(argv=None) -> int:
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # one line for what a person can fix; anything else keeps its traceback
+        from transforms.common.errors import ActionableError, is_s3_failure, s3_error
+        if isinstance(e, ActionableError):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if is_s3_failure(e):
+            print(f"error: {s3_error(e, '')}", file=sys.stderr)
+            return 2
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+            print(f"error: disk full (no space left on the device) writing {e.filename or 'a file'}; "
+                  "free space or point TMPDIR / --output elsewhere", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

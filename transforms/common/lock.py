@@ -9,12 +9,14 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
+import math
 import os
 import secrets
 import threading
 from typing import Optional
 
 from transforms.common import storage
+from transforms.common.errors import ActionableError
 from transforms.common.s3 import is_s3
 
 
@@ -29,8 +31,7 @@ def exclusive_lock(lock_path: str, what: str, busy: str = "is being written by a
     Yields the S3Lease on object storage (its check() says whether the lease was lost), else None."""
     error = error or BusyError
     if is_s3(lock_path):
-        lease = S3Lease(lock_path, f"{what} {busy}", float(lease_s or os.environ.get(ENV_LEASE) or DEFAULT_LEASE_S),
-                        error)
+        lease = S3Lease(lock_path, f"{what} {busy}", lease_s or lease_from_environment(), error)
         lease.acquire()
         try:
             yield lease
@@ -53,6 +54,42 @@ def exclusive_lock(lock_path: str, what: str, busy: str = "is being written by a
 
 DEFAULT_LEASE_S = 600.0
 ENV_LEASE = "RAGBEAM_INDEX_LOCK_LEASE_S"
+
+
+class LockSettingError(ActionableError):
+    pass
+
+
+class MalformedLock(ActionableError):
+    """The lock object is not one ragbeam wrote: never guess whether it is held."""
+
+
+def lease_from_environment() -> float:
+    raw = os.environ.get(ENV_LEASE)
+    if not raw:
+        return DEFAULT_LEASE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise LockSettingError(f"{ENV_LEASE}={raw[:40]!r}: expected a positive number of seconds "
+                               f"(default {DEFAULT_LEASE_S:g})")
+    return value
+
+
+def _lease_expiry(body: bytes, uri: str) -> float:
+    """expires_at of a lock object; MalformedLock if it is not {..., "expires_at": <seconds>}."""
+    import json
+    try:
+        held = json.loads(body)
+    except ValueError:
+        held = None
+    expires = held.get("expires_at") if isinstance(held, dict) else None
+    if isinstance(expires, bool) or not isinstance(expires, (int, float)) or not math.isfinite(expires):
+        raise MalformedLock(f"lock {uri} is not a ragbeam lock object (expected JSON with a numeric "
+                            "expires_at); if no run is using it, delete it and run again")
+    return float(expires)
 
 
 class LockLost(RuntimeError):
@@ -92,15 +129,13 @@ class S3Lease:
             if got is None:  # released in between: one more try
                 self.etag = storage.put_if_absent(self.uri, self._body())
             else:
-                try:
-                    held = json.loads(got[0])
-                except ValueError:
-                    held = {"owner": "?", "expires_at": 0}
-                if held.get("expires_at", 0) > time.time():
-                    until = datetime.datetime.fromtimestamp(held["expires_at"], datetime.timezone.utc)
+                expires = _lease_expiry(got[0], self.uri)
+                if expires > time.time():
+                    owner = json.loads(got[0]).get("owner")
+                    until = datetime.datetime.fromtimestamp(min(expires, 253402300799), datetime.timezone.utc)
                     raise self.error(
                         f"{self.busy_message}: lock {self.uri} is held by "
-                        f"{held.get('owner')} until {until:%Y-%m-%d %H:%M:%S} UTC (renewed while it runs; "
+                        f"{str(owner)[:100]} until {until:%Y-%m-%d %H:%M:%S} UTC (renewed while it runs; "
                         f"a killed run's lock is taken over when its lease expires)")
                 self.etag = storage.put_if_match(self.uri, self._body(), got[1])  # take over the expired lock
             if self.etag is None:

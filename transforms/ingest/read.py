@@ -52,7 +52,13 @@ def list_objects(input_uri: str, s3: Optional[S3Settings] = None, report: Option
     links out of the root, dangling links, FIFOs/sockets/devices), so each one is counted."""
     scheme = _scheme(input_uri)
     if scheme == "s3":
-        found = _list_s3(input_uri, (s3 or S3Settings()).client())
+        from transforms.common.errors import is_s3_failure, s3_error
+        try:
+            found = _list_s3(input_uri, (s3 or S3Settings()).client())
+        except Exception as e:  # a missing bucket or wrong keys: one line, not a botocore traceback
+            if is_s3_failure(e):
+                raise s3_error(e, input_uri, "--input") from None
+            raise
     elif scheme in ("", "file"):
         from transforms.ingest.listing import list_local
         found = list_local(input_uri[len("file://"):] if scheme else input_uri,

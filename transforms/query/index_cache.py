@@ -18,6 +18,7 @@ import os
 from typing import Optional
 
 from transforms.common import storage
+from transforms.common.errors import ActionableError
 from transforms.common.s3 import is_s3
 from transforms.query.answer_stage import AnswerShardFn
 
@@ -26,7 +27,7 @@ ARTIFACT = "index.duckdb"
 MANIFEST = "manifest.json"
 
 
-class ArtifactMismatch(RuntimeError):
+class ArtifactMismatch(ActionableError):
     pass
 
 
