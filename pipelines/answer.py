@@ -78,7 +78,13 @@ def write_part(path: str, records: list[dict], fmt: str) -> None:
         import pyarrow.parquet as pq
         nested = ("citations", "retrieved", "retrieved_docs", "trace")  # JSON text columns: one schema for every shard
         rows = [{k: (json.dumps(v) if k in nested else v) for k, v in r.items()} for r in records]
-        pq.write_table(pa.Table.from_pylist(rows), tmp, compression="zstd")
+        try:
+            table = pa.Table.from_pylist(rows)
+        except UnicodeEncodeError:  # a lone surrogate: Parquet strings are UTF-8, so it becomes U+FFFD
+            from transforms.query.validate import without_surrogates
+            table = pa.Table.from_pylist([{k: without_surrogates(v) if isinstance(v, str) else v
+                                           for k, v in r.items()} for r in rows])
+        pq.write_table(table, tmp, compression="zstd")
     else:
         with open(tmp, "wb") as f:
             for r in records:

@@ -13,7 +13,7 @@ import tracemalloc
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from transforms.query.records import AnswerRecord, InputError, Question
 
@@ -82,7 +82,10 @@ def test_a_record_with_a_lone_surrogate_is_written_as_valid_utf8(tmp_path):
     path = tmp_path / "shard-00000-of-00001.jsonl"
     write_part(str(path), [AnswerRecord.failed("a", "bad \ud800 text", "x").to_row()], "jsonl")
     (rec,) = [json.loads(line) for line in path.read_bytes().decode("utf-8").split("\n") if line]
-    assert rec["question"] == "bad \ud800 text" and not list(tmp_path.glob("*.tmp"))
+    assert rec["question"] == "bad \ud800 text"  # JSON's own escape, read back as written
+    write_part(str(tmp_path / "shard.parquet"), [AnswerRecord.failed("a", "bad \ud800", "x").to_row()], "parquet")
+    assert pq.read_table(tmp_path / "shard.parquet").column("question").to_pylist() == ["bad \ufffd"]
+    assert not list(tmp_path.glob("*.tmp"))
 
 
 # --- odd ids --------------------------------------------------------------------------------
@@ -197,7 +200,13 @@ def test_a_csv_line_over_the_cap_is_one_error_record(tmp_path):
 def test_a_csv_with_one_huge_physical_line_keeps_the_rows_after_it(tmp_path):
     p = tmp_path / "q.csv"
     p.write_text('id,question\na,What is glob?\nbig,"' + 'x""' * (BIG // 3) + '"\nc,What is json?\n')
-    recs = _read(p)
+    tracemalloc.start()
+    try:
+        recs = _read(p)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024, peak
     assert [(r.id, type(r).__name__) for r in recs] == [("a", "Question"), ("big", "InputError"),
                                                          ("c", "Question")]
 
@@ -241,6 +250,8 @@ ID = st.one_of(TEXT, st.integers(), st.floats(), st.booleans(), st.none(), st.li
 
 
 @SETTINGS
+@example(recs=[{"id": "a", "question": "What\u2028is\u0085glob?"}, {"id": "b", "question": "x"}], ascii_only=False)
+@example(recs=[{"id": "a", "question": "What is \ud800 glob?"}], ascii_only=True)
 @given(recs=st.lists(st.fixed_dictionaries({"id": ID, "question": TEXT}, optional={"x": TEXT}), max_size=12),
        ascii_only=st.booleans())
 def test_any_unicode_question_gives_one_record_and_writes_as_utf8(tmp_path_factory, recs, ascii_only):

@@ -14,12 +14,12 @@ from typing import Iterator, Optional
 
 from transforms.common import storage
 from transforms.common.s3 import is_s3, split_s3_uri
-from transforms.query.jsonl_lines import DEFAULT_MAX_LINE_BYTES, Window
+from transforms.query.jsonl_lines import DEFAULT_MAX_LINE_BYTES
 from transforms.query.records import QuestionOrError
-from transforms.query.questions import _id_of, _safe, detect_format, read_jsonl, read_questions
+from transforms.query.questions import _id_of, _safe, detect_format, open_range, read_jsonl, read_questions
 
 PIECE_BYTES = 8 * 1024 * 1024
-_BLOCK = 1024 * 1024
+_BLOCK = 1024 * 1024  # the planner's read size
 
 
 def _read_range(uri: str, start: int, end: int, s3=None) -> bytes:
@@ -34,25 +34,11 @@ def _read_range(uri: str, start: int, end: int, s3=None) -> bytes:
         return f.read(end - start)
 
 
-def _open_range(uri: str, start: int, end: int, s3=None):
-    """A buffered stream over bytes [start, end), read in order (on S3: one ranged GET, streamed)."""
-    if end <= start:
-        return io.BytesIO(b"")
-    if is_s3(uri):
-        bucket, key = split_s3_uri(uri)
-        body = storage.s3_client(s3).get_object(Bucket=bucket, Key=key,
-                                                Range=f"bytes={start}-{end - 1}")["Body"]
-    else:
-        body = open(uri, "rb", buffering=0)
-        body.seek(start)
-    return io.BufferedReader(Window(body, end - start), buffer_size=_BLOCK)
-
-
 def _plan_jsonl(uri: str, size: int, piece_bytes: int, s3=None) -> list[tuple[int, int, int]]:
     """(start, end, lines) of each piece: cut at the first "\n" at or past each piece_bytes mark,
     in one pass over 1 MiB blocks, so a line of any length costs linear time and bounded memory."""
     cuts, start, n, pos, last = [], 0, 0, 0, b"\n"
-    with _open_range(uri, 0, size, s3) as f:
+    with open_range(uri, 0, size, s3) as f:
         while True:
             block = f.read(_BLOCK)
             if not block:
@@ -146,7 +132,7 @@ def read_piece(piece: dict, s3=None) -> Iterator[QuestionOrError]:
         yield from parquet_rows(pf.iter_batches(batch_size=10000, row_groups=[piece["row_group"]]),
                                 piece["first_line"], cap, _safe, _id_of)
         return
-    with _open_range(uri, piece["start"], piece["end"], s3) as f:
+    with open_range(uri, piece["start"], piece["end"], s3) as f:
         yield from read_jsonl(f, piece["first_line"], cap)
 
 

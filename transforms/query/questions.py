@@ -13,7 +13,7 @@ from typing import Iterator, Optional
 
 from transforms.common import storage
 from transforms.common.s3 import is_s3
-from transforms.query.jsonl_lines import DEFAULT_MAX_LINE_BYTES, is_blank, iter_raw_lines, leading_id
+from transforms.query.jsonl_lines import DEFAULT_MAX_LINE_BYTES, Window, is_blank, iter_raw_lines, leading_id
 from transforms.query.questions_csv import MAX_FIELD_CHARS, read_csv_questions  # noqa: F401 (re-exported)
 from transforms.query.records import InputError, Question, QuestionOrError
 from transforms.query.validate import (QuestionFieldError, check_shape, has_surrogate, parse_acl, parse_filters,
@@ -35,9 +35,35 @@ def _open_binary(uri: str, s3=None):
         return io.BytesIO(storage.read_bytes(uri, s3))
     if "://" in uri:
         from apache_beam.io.filesystems import FileSystems
-        from transforms.query.jsonl_lines import Window
-        return io.BufferedReader(Window(FileSystems.open(uri), 1 << 62))  # readline(limit), for the cap
+        return FileSystems.open(uri)
     return open(uri, "rb")
+
+
+def open_range(uri: str, start: int, end: int, s3=None):
+    """A buffered stream over bytes [start, end), read in order (on S3: one ranged GET, streamed)."""
+    if end <= start:
+        return io.BytesIO(b"")
+    if is_s3(uri):
+        from transforms.common.s3 import split_s3_uri
+        bucket, key = split_s3_uri(uri)
+        body = storage.s3_client(s3).get_object(Bucket=bucket, Key=key,
+                                                Range=f"bytes={start}-{end - 1}")["Body"]
+    else:
+        body = open(uri, "rb", buffering=0)
+        body.seek(start)
+    return io.BufferedReader(Window(body, end - start), buffer_size=1024 * 1024)
+
+
+def _open_lines(uri: str, s3=None):
+    """A text question file as a stream with readline(limit), never read whole."""
+    if "://" not in uri:
+        return open(uri, "rb")
+    if is_s3(uri):
+        st = storage.stat(uri, s3)
+        if st is None:
+            raise FileNotFoundError(uri)
+        return open_range(uri, 0, st["size"], s3)
+    return io.BufferedReader(Window(_open_binary(uri, s3), 1 << 62))
 
 
 def question_from_record(rec: dict, line: int) -> QuestionOrError:
@@ -73,7 +99,7 @@ def read_questions(uri: str, fmt: Optional[str] = None, s3=None,
             yield from parquet_rows(pq.ParquetFile(f).iter_batches(batch_size=10000), 1, max_line_bytes,
                                     _safe, _id_of)
         return
-    with _open_binary(uri, s3) as raw:
+    with _open_lines(uri, s3) as raw:
         if fmt == "csv":
             yield from read_csv_questions(raw, max_line_bytes)
             return
