@@ -188,6 +188,12 @@ class AnswerConfig(_Strict):
         return 0.34 if self.evidence == "model" else 0.58
 
 
+class QuestionsConfig(_Strict):
+    # A question line (JSONL line, CSV physical line, Parquet row) over this many bytes is an
+    # error record for that line, read with bounded memory; the rest of the file is answered.
+    max_line_bytes: int = Field(1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+
+
 class OutputConfig(_Strict):
     format: Literal["jsonl", "parquet"] = "jsonl"
     retrieved_top_k: int = Field(10, ge=1, le=100)
@@ -221,6 +227,7 @@ class Config(_Strict):
     retrieve: RetrieveConfig = RetrieveConfig()
     rerank: RerankConfig = RerankConfig()
     answer: AnswerConfig = AnswerConfig()
+    questions: QuestionsConfig = QuestionsConfig()
     output: OutputConfig = OutputConfig()
     gate: Optional[GateConfig] = None
 

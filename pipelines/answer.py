@@ -78,14 +78,28 @@ def write_part(path: str, records: list[dict], fmt: str) -> None:
         import pyarrow.parquet as pq
         nested = ("citations", "conflicts", "retrieved", "retrieved_docs", "trace")  # JSON text columns: one schema for every shard
         rows = [{k: (json.dumps(v) if k in nested else v) for k, v in r.items()} for r in records]
-        pq.write_table(pa.Table.from_pylist(rows), tmp, compression="zstd")
+        try:
+            table = pa.Table.from_pylist(rows)
+        except UnicodeEncodeError:  # a lone surrogate: Parquet strings are UTF-8, so it becomes U+FFFD
+            from transforms.query.validate import without_surrogates
+            table = pa.Table.from_pylist([{k: without_surrogates(v) if isinstance(v, str) else v
+                                           for k, v in r.items()} for r in rows])
+        pq.write_table(table, tmp, compression="zstd")
     else:
-        with open(tmp, "w", encoding="utf-8") as f:
+        with open(tmp, "wb") as f:
             for r in records:
-                f.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
+                f.write(_jsonl_line(r))
             f.flush()
             os.fsync(f.fileno())
     os.replace(tmp, path)  # the shard exists whole or not at all
+
+
+def _jsonl_line(r: dict) -> bytes:
+    line = json.dumps(r, ensure_ascii=False, default=str) + "\n"
+    try:
+        return line.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: JSON's own \udXXX escape keeps the file UTF-8
+        return (json.dumps(r, ensure_ascii=True, default=str) + "\n").encode("ascii")
 
 
 class WriteShardFn(beam.DoFn):
@@ -141,7 +155,8 @@ def join_parts(parts_dir: str, output: str, fmt: str, shards: int) -> int:
 def run_fingerprint(cfg: Config, version_dir: str, questions: str) -> dict:
     """What must be equal for written shards to be reused by a resumed run."""
     stat = storage.stat(questions)
-    settings = cfg.model_dump(mode="json", include={"retrieve", "rerank", "answer", "output", "embed"})
+    settings = cfg.model_dump(mode="json", include={"retrieve", "rerank", "answer", "questions", "output",
+                                                    "embed"})
     settings["answer"].pop("api_key", None)
     out = {"questions": questions, "questions_size": stat["size"] if stat else None,
            "questions_mtime": stat["mtime"] if stat else None,
@@ -222,7 +237,8 @@ def _run_answer(cfg: Config, index: str, questions: str, output: str, *, progres
         from transforms.query.index_cache import local_index_copy
         local_index_copy(version_dir, artifact_sha)  # a bad artifact: one line here, not a Beam traceback
     s3 = s3_settings(cfg)
-    pieces, n_lines = plan_pieces(questions, s3)  # byte ranges / row groups, read inside the pipeline
+    # byte ranges / row groups, read inside the pipeline
+    pieces, n_lines = plan_pieces(questions, s3, max_line_bytes=cfg.questions.max_line_bytes)
     shards, fmt = shards_for(n_lines, cfg.output.questions_per_shard, cfg.output.shards), cfg.output.format
     parts_dir = output + ".parts"
     fingerprint = run_fingerprint(cfg, version_dir, questions)

@@ -37,6 +37,10 @@ def check_question_file(uri: str, s3=None) -> None:
             raise
         except Exception as e:
             raise QuestionFileError(f"{uri}: cannot read the question file ({type(e).__name__}: {e})") from None
+    if fmt in ("jsonl", "csv"):
+        problem = content_problem(_head(uri, s3), fmt)
+        if problem:
+            raise QuestionFileError(f"{uri}: {problem}")
     if fmt == "parquet":
         import pyarrow.parquet as pq
         from transforms.query.questions import _open_binary
@@ -45,6 +49,48 @@ def check_question_file(uri: str, s3=None) -> None:
                 pq.ParquetFile(f).metadata
         except Exception as e:
             raise QuestionFileError(f"{uri}: not a readable Parquet file ({type(e).__name__}: {e})") from None
+
+
+# A text question file that starts like one of these is refused whole (not read): one
+# "unreadable JSON" record, or a missing id on every row, would hide what is wrong.
+_MAGIC = ((b"\x1f\x8b", "gzip-compressed (it starts with the gzip bytes 1f 8b); decompress it first"),
+          (b"BZh", "bzip2-compressed; decompress it first"),
+          (b"\x28\xb5\x2f\xfd", "zstd-compressed; decompress it first"),
+          (b"\xfd7zXZ\x00", "xz-compressed; decompress it first"),
+          (b"PK\x03\x04", "a zip archive; extract it first"),
+          (b"PAR1", "a Parquet file; name it .parquet"))
+
+
+def _head(uri: str, s3=None, n: int = 65536) -> bytes:
+    if "://" not in uri:
+        with open(uri, "rb") as f:
+            return f.read(n)
+    from transforms.common import storage
+    from transforms.query.question_pieces import _read_range
+    st = storage.stat(uri, s3) if uri.startswith("s3://") else None
+    if st is not None:
+        return _read_range(uri, 0, min(n, st["size"]), s3)
+    from transforms.query.questions import _open_binary
+    with _open_binary(uri, s3) as f:
+        return f.read(n)
+
+
+def content_problem(head: bytes, fmt: str) -> Optional[str]:
+    """Why a JSONL or CSV file cannot be read as one, from its first bytes; None if it may be."""
+    for magic, what in _MAGIC:
+        if head.startswith(magic):
+            return f"is {what} (question files are plain {fmt.upper()} text)"
+    if fmt == "csv" and b"\n" in head:
+        import csv
+
+        from transforms.query.questions_csv import header_problem
+        first = head.split(b"\n", 1)[0].decode("utf-8", errors="replace").lstrip("\ufeff")
+        try:
+            header = [h.strip() for h in next(csv.reader([first.rstrip("\r")]))]
+        except (csv.Error, StopIteration):
+            return None
+        return header_problem(header, first)
+    return None
 
 
 def refuse_foreign_output(output: str, parts_dir: str, fingerprint: dict, overwrite: bool) -> None:
@@ -83,7 +129,7 @@ def count_output(output: str, fmt: str) -> dict:
             for st, inv in zip(t.column("status").to_pylist(), invalid):
                 add(st, inv)
     else:
-        for line in data.decode("utf-8").splitlines():
+        for line in data.split(b"\n"):  # JSON's line end only: U+2028 and friends are written raw
             if line.strip():
                 rec = json.loads(line)
                 add(rec.get("status"), rec.get("invalid_citations"))

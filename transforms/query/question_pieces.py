@@ -14,10 +14,12 @@ from typing import Iterator, Optional
 
 from transforms.common import storage
 from transforms.common.s3 import is_s3, split_s3_uri
+from transforms.query.jsonl_lines import DEFAULT_MAX_LINE_BYTES
 from transforms.query.records import QuestionOrError
-from transforms.query.questions import _safe, detect_format, read_jsonl_rows, read_questions
+from transforms.query.questions import _id_of, _safe, detect_format, open_range, read_jsonl, read_questions
 
 PIECE_BYTES = 8 * 1024 * 1024
+_BLOCK = 1024 * 1024  # the planner's read size
 
 
 def _read_range(uri: str, start: int, end: int, s3=None) -> bytes:
@@ -32,9 +34,29 @@ def _read_range(uri: str, start: int, end: int, s3=None) -> bytes:
         return f.read(end - start)
 
 
-def _count_lines(data: bytes) -> int:
-    # the same line splitting as read_questions (TextIOWrapper, newline=""): \n, \r\n and \r
-    return sum(1 for _ in io.StringIO(data.decode("utf-8", errors="replace"), newline=""))
+def _plan_jsonl(uri: str, size: int, piece_bytes: int, s3=None) -> list[tuple[int, int, int]]:
+    """(start, end, lines) of each piece: cut at the first "\n" at or past each piece_bytes mark,
+    in one pass over 1 MiB blocks, so a line of any length costs linear time and bounded memory."""
+    cuts, start, n, pos, last = [], 0, 0, 0, b"\n"
+    with open_range(uri, 0, size, s3) as f:
+        while True:
+            block = f.read(_BLOCK)
+            if not block:
+                break
+            i = 0
+            while True:
+                mark = max(i, start + piece_bytes - 1 - pos)  # where this piece may end, in the block
+                j = block.find(b"\n", mark) if mark < len(block) else -1
+                if j < 0:
+                    n += block.count(b"\n", i)
+                    break
+                n += block.count(b"\n", i, j + 1)
+                cuts.append((start, pos + j + 1, n))
+                start, n, i = pos + j + 1, 0, j + 1
+            pos, last = pos + len(block), block[-1:]
+    if start < pos:  # the rest, its last line perhaps without a line end
+        cuts.append((start, pos, n + (last != b"\n")))
+    return cuts
 
 
 class _RangeFile(io.RawIOBase):
@@ -71,57 +93,47 @@ def _parquet_file(uri: str, s3=None):
     return pq.ParquetFile(io.BufferedReader(_RangeFile(uri, st["size"], s3), buffer_size=1 << 20))
 
 
-def plan_pieces(uri: str, s3=None, piece_bytes: int = PIECE_BYTES) -> tuple[list[dict], int]:
-    """(pieces, number of input lines/rows) of a question file."""
+def plan_pieces(uri: str, s3=None, piece_bytes: int = PIECE_BYTES,
+                max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> tuple[list[dict], int]:
+    """(pieces, number of input lines/rows) of a question file; each piece carries the line cap."""
     fmt = detect_format(uri)
+    base = {"uri": uri, "fmt": fmt, "max_line_bytes": max_line_bytes}
     if "://" in uri and not is_s3(uri):  # other Beam filesystems: one piece, read as before
-        return [{"uri": uri, "fmt": fmt, "whole": True}], 0
+        return [{**base, "whole": True}], 0
     if fmt == "parquet":
         pf = _parquet_file(uri, s3)
         pieces, line = [], 1
         for g in range(pf.metadata.num_row_groups):
-            pieces.append({"uri": uri, "fmt": fmt, "row_group": g, "first_line": line})
+            pieces.append({**base, "row_group": g, "first_line": line})
             line += pf.metadata.row_group(g).num_rows
         return pieces, line - 1
     st = storage.stat(uri, s3)
     if st is None:
         raise FileNotFoundError(uri)
     if fmt == "csv":
-        n = 0
-        for rec in read_questions(uri, fmt, s3=s3):
-            n += 1
-        return [{"uri": uri, "fmt": fmt, "whole": True}], n
-    pieces, start, line, size = [], 0, 1, st["size"]
-    while start < size:
-        end = min(start + piece_bytes, size)
-        data = _read_range(uri, start, end, s3)
-        while end < size and not data.endswith(b"\n"):  # extend to the next line end
-            more = _read_range(uri, end, min(end + 65536, size), s3)
-            cut = more.find(b"\n")
-            more = more if cut < 0 else more[:cut + 1]
-            data += more
-            end += len(more)
-        pieces.append({"uri": uri, "fmt": fmt, "start": start, "end": end, "first_line": line})
-        line += _count_lines(data)
-        start = end
+        n = sum(1 for _ in read_questions(uri, fmt, s3=s3, max_line_bytes=max_line_bytes))
+        return [{**base, "whole": True}], n
+    pieces, line = [], 1
+    for start, end, lines in _plan_jsonl(uri, st["size"], piece_bytes, s3):
+        pieces.append({**base, "start": start, "end": end, "first_line": line})
+        line += lines
     return pieces, line - 1
 
 
 def read_piece(piece: dict, s3=None) -> Iterator[QuestionOrError]:
     uri, fmt = piece["uri"], piece["fmt"]
+    cap = piece.get("max_line_bytes", DEFAULT_MAX_LINE_BYTES)
     if piece.get("whole"):
-        yield from read_questions(uri, fmt, s3=s3)
+        yield from read_questions(uri, fmt, s3=s3, max_line_bytes=cap)
         return
     if fmt == "parquet":
+        from transforms.query.questions_parquet import parquet_rows
         pf = _parquet_file(uri, s3)
-        line = piece["first_line"]
-        for batch in pf.iter_batches(batch_size=10000, row_groups=[piece["row_group"]]):
-            for rec in batch.to_pylist():
-                yield _safe(rec, line)
-                line += 1
+        yield from parquet_rows(pf.iter_batches(batch_size=10000, row_groups=[piece["row_group"]]),
+                                piece["first_line"], cap, _safe, _id_of)
         return
-    text = _read_range(uri, piece["start"], piece["end"], s3).decode("utf-8", errors="replace")
-    yield from read_jsonl_rows(io.StringIO(text, newline=""), first_line=piece["first_line"])
+    with open_range(uri, piece["start"], piece["end"], s3) as f:
+        yield from read_jsonl(f, piece["first_line"], cap)
 
 
 def shards_for(n_questions: int, questions_per_shard: int, fixed: Optional[int] = None) -> int:

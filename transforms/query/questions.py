@@ -1,24 +1,23 @@
 """Reading question files: JSONL, CSV or Parquet, local or s3://.
 
 Every line yields a Question or, when it cannot be read, an error record that
-goes to the output with the reason, so no input line is lost.
+goes to the output with the reason, so no input line is lost. A JSONL line ends at "\\n" only
+(JSON's own definition, transforms/query/jsonl_lines.py); a line or row over `max_line_bytes`
+(config `questions.max_line_bytes`) is an error record, read with bounded memory.
 """
 from __future__ import annotations
 
-import csv
 import io
 import json
 from typing import Iterator, Optional
 
 from transforms.common import storage
 from transforms.common.s3 import is_s3
+from transforms.query.jsonl_lines import DEFAULT_MAX_LINE_BYTES, Window, is_blank, iter_raw_lines, leading_id
+from transforms.query.questions_csv import MAX_FIELD_CHARS, read_csv_questions  # noqa: F401 (re-exported)
 from transforms.query.records import InputError, Question, QuestionOrError
-from transforms.query.validate import QuestionFieldError, parse_acl, parse_filters
-
-# One CSV field may be this long; a longer one makes that row an error record, not the file.
-MAX_FIELD_CHARS = 128 * 1024
-_CSV_HARD_LIMIT = 64 * 1024 * 1024  # csv's own limit, far above MAX_FIELD_CHARS
-
+from transforms.query.validate import (QuestionFieldError, check_shape, has_surrogate, parse_acl, parse_filters,
+                                       parse_id, without_surrogates)
 
 
 def detect_format(uri: str) -> str:
@@ -40,52 +39,94 @@ def _open_binary(uri: str, s3=None):
     return open(uri, "rb")
 
 
+def open_range(uri: str, start: int, end: int, s3=None):
+    """A buffered stream over bytes [start, end), read in order (on S3: one ranged GET, streamed)."""
+    if end <= start:
+        return io.BytesIO(b"")
+    if is_s3(uri):
+        from transforms.common.s3 import split_s3_uri
+        bucket, key = split_s3_uri(uri)
+        body = storage.s3_client(s3).get_object(Bucket=bucket, Key=key,
+                                                Range=f"bytes={start}-{end - 1}")["Body"]
+    else:
+        body = open(uri, "rb", buffering=0)
+        body.seek(start)
+    return io.BufferedReader(Window(body, end - start), buffer_size=1024 * 1024)
+
+
+def _open_lines(uri: str, s3=None):
+    """A text question file as a stream with readline(limit), never read whole."""
+    if "://" not in uri:
+        return open(uri, "rb")
+    if is_s3(uri):
+        st = storage.stat(uri, s3)
+        if st is None:
+            raise FileNotFoundError(uri)
+        return open_range(uri, 0, st["size"], s3)
+    return io.BufferedReader(Window(_open_binary(uri, s3), 1 << 62))
+
+
 def question_from_record(rec: dict, line: int) -> QuestionOrError:
-    qid = rec.get("id", rec.get("_id"))
     text = rec.get("question", rec.get("text"))
-    if qid is None or str(qid).strip() == "":
-        return InputError(f"line {line}: missing id", line, None, text if isinstance(text, str) else None)
+    shown = without_surrogates(text)
+    try:
+        check_shape(rec)  # before anything is written: deep nesting or lone surrogates fail the writer
+        qid = parse_id(rec.get("id", rec.get("_id")))
+    except QuestionFieldError as e:
+        return InputError(f"line {line}: {e}", line, _id_of(rec), shown)
+    if qid is None or qid.strip() == "":
+        return InputError(f"line {line}: missing id", line, None, shown)
     if not isinstance(text, str) or not text.strip():
-        return InputError(f"line {line}: missing or empty question", line, str(qid), None)
+        return InputError(f"line {line}: missing or empty question", line, qid, None)
     try:
         acl = parse_acl(rec.get("acl"))
         filters = parse_filters(rec.get("filters"))
     except QuestionFieldError as e:
-        return InputError(f"line {line}: {e}", line, str(qid), text if isinstance(text, str) else None)
+        return InputError(f"line {line}: {e}", line, qid, shown)
     meta = {k: v for k, v in rec.items() if k not in ("id", "_id", "question", "text", "acl", "filters")}
-    return Question(id=str(qid), question=text.strip(), acl=list(acl) if acl else None,
+    return Question(id=qid, question=text.strip(), acl=list(acl) if acl else None,
                     filters=filters or None, metadata=meta or None, line=line)
 
 
-def read_questions(uri: str, fmt: Optional[str] = None, s3=None) -> Iterator[QuestionOrError]:
+def read_questions(uri: str, fmt: Optional[str] = None, s3=None,
+                   max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[QuestionOrError]:
     fmt = fmt or detect_format(uri)
     if fmt == "parquet":
         import pyarrow.parquet as pq
+
+        from transforms.query.questions_parquet import parquet_rows
         with _open_binary(uri, s3) as f:
-            pf = pq.ParquetFile(f)
-            line = 0
-            for batch in pf.iter_batches(batch_size=10000):
-                for rec in batch.to_pylist():
-                    line += 1
-                    yield _safe(rec, line)
+            yield from parquet_rows(pq.ParquetFile(f).iter_batches(batch_size=10000), 1, max_line_bytes,
+                                    _safe, _id_of)
         return
-    with _open_binary(uri, s3) as raw:
-        text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
+    with _open_lines(uri, s3) as raw:
         if fmt == "csv":
-            yield from read_csv_questions(text)
+            yield from read_csv_questions(raw, max_line_bytes)
             return
-        yield from read_jsonl_rows(text, first_line=1)
+        yield from read_jsonl(raw, 1, max_line_bytes)
 
 
-def read_jsonl_rows(rows, first_line: int = 1) -> Iterator[QuestionOrError]:
-    """JSONL rows (numbered from first_line) -> one Question or InputError per non-blank row."""
-    for line, row in enumerate(rows, start=first_line):
-        if not row.strip():
+def read_jsonl(f, first_line: int = 1, max_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[QuestionOrError]:
+    """JSONL lines of the binary stream f (numbered from first_line) -> one Question or
+    InputError per non-blank line."""
+    for line, raw in enumerate(iter_raw_lines(f, max_bytes), start=first_line):
+        if raw.too_long:
+            yield InputError(f"line {line}: the line is {raw.size} bytes, over the cap of {max_bytes} "
+                             "(questions.max_line_bytes)", line, leading_id(raw.data), None)
+            continue
+        row = raw.data.decode("utf-8", errors="replace")
+        if line == 1 and row.startswith("\ufeff"):  # a byte order mark is no part of the record
+            row = row[1:]
+        if is_blank(row):
             continue
         try:
             rec = json.loads(row)
             if not isinstance(rec, dict):
                 raise ValueError("not a JSON object")
+        except RecursionError:  # valid JSON nested past Python's recursion limit
+            yield InputError(f"line {line}: JSON nested too deeply to read", line, leading_id(raw.data[:4096]),
+                             None)
+            continue
         except ValueError as e:
             yield InputError(f"line {line}: unreadable JSON ({e})", line, None, None)
             continue
@@ -102,87 +143,9 @@ def _safe(rec: dict, line: int) -> QuestionOrError:
 def _id_of(rec) -> Optional[str]:
     """The record's id when it has a usable one: an error record keeps it."""
     try:
-        qid = rec.get("id", rec.get("_id")) if isinstance(rec, dict) else None
+        qid = parse_id(rec.get("id", rec.get("_id"))) if isinstance(rec, dict) else None
     except Exception:
         return None
-    if qid is None or isinstance(qid, (dict, list)) or str(qid).strip() == "":
+    if qid is None or qid.strip() == "" or has_surrogate(qid):
         return None
-    return str(qid)
-
-
-def read_csv_questions(text) -> Iterator[QuestionOrError]:
-    """CSV rows -> Questions or error records, numbered by the physical line they start on.
-
-    One bad row is one error record: a field over MAX_FIELD_CHARS, a row with more fields
-    than the header, a row csv cannot read. A quoted field that runs over several lines and
-    swallows lines shaped like rows (an unclosed quote) is reported: the row is an error, and
-    every swallowed line is an error record of its own (with its id), so rows in = records out.
-    """
-    consumed: list[str] = []
-
-    def lines():
-        for physical in text:
-            consumed.append(physical)
-            yield physical
-
-    old_limit = csv.field_size_limit()
-    csv.field_size_limit(_CSV_HARD_LIMIT)
-    try:
-        reader = csv.reader(lines())
-        try:
-            header = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as e:
-            yield InputError(f"line 1: unreadable CSV header ({e})", 1, None, None)
-            return
-        header = [h.strip().lstrip("\ufeff") for h in header]
-        start = reader.line_num + 1
-        while True:
-            consumed.clear()
-            try:
-                row = next(reader)
-            except StopIteration:
-                break
-            except csv.Error as e:
-                yield InputError(f"line {start}: unreadable CSV row ({e})", start, None, None)
-                start = reader.line_num + 1
-                continue
-            end = reader.line_num
-            line, start = start, end + 1
-            if not row or not any(f.strip() for f in row):
-                continue
-            rec = dict(zip(header, row))
-            if len(row) > len(header):
-                yield InputError(f"line {line}: {len(row)} fields but the header "
-                                      f"has {len(header)}", line, _id_of(rec), None)
-                continue
-            long = [h for h, f in zip(header, row) if len(f) > MAX_FIELD_CHARS]
-            if long:
-                yield InputError(f"line {line}: field {long[0]!r} is longer than {MAX_FIELD_CHARS} "
-                                      "characters", line, _id_of(rec) if "id" not in long else None, None)
-                continue
-            swallowed = _swallowed_rows(consumed[1:], len(header)) if end > line else []
-            if swallowed:
-                yield InputError(f"line {line}: a quoted field runs over lines {line}-{end} and holds "
-                                      f"{len(swallowed)} line(s) shaped like rows (unclosed quote?)", line, _id_of(rec), None)
-                for offset, fields in swallowed:
-                    n = line + offset
-                    yield InputError(f"line {n}: swallowed by an unclosed quote on line {line}", n, _id_of(dict(zip(header, fields))), None)
-                continue
-            yield _safe(rec, line)
-    finally:
-        csv.field_size_limit(old_limit)
-
-
-def _swallowed_rows(continuation: list[str], n_fields: int) -> list[tuple[int, list[str]]]:
-    """Continuation lines of a multi-line field that parse as a whole row of the file."""
-    out = []
-    for offset, physical in enumerate(continuation, start=1):
-        try:
-            fields = next(csv.reader([physical.rstrip("\r\n")]))
-        except (csv.Error, StopIteration):
-            continue
-        if len(fields) == n_fields and n_fields > 1 and fields[0].strip():
-            out.append((offset, fields))
-    return out
+    return qid
