@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from transforms.ingest.parse import ParseError, parse_object, parse_object_with_errors
 from transforms.ingest.parse.limits import ParseLimits
@@ -81,6 +82,27 @@ def test_deeply_nested_divs_keep_the_deep_text_and_what_follows(depth):
     assert "before the nest" in text and "the deep text" in text and "the text after the nest" in text
 
 
+def test_a_text_run_over_10_mb_is_read_to_its_end():
+    page = "<html><body><p>" + "word " * 2_200_000 + "the end of the run</p><p>the text after</p></body></html>"
+    text = text_of(parse_object(raw("long.html", page.encode())))
+    assert "the end of the run" in text and "the text after" in text
+
+
+PROPERTY = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+@PROPERTY
+@given(cycle=st.lists(st.sampled_from(["div", "p", "font", "span", "b", "section", "li", "td"]),
+                      min_size=1, max_size=6), depth=st.integers(0, 5000))
+def test_any_nesting_keeps_the_deep_text_and_what_follows(cycle, depth):
+    tags = [cycle[i % len(cycle)] for i in range(depth)]
+    page = ("<html><body>" + "".join(f"<{t}>" for t in tags) + "the deep text"
+            + "".join(f"</{t}>" for t in reversed(tags)) + "<p>the text after</p></body></html>")
+    text = text_of(parse_object(raw("p.html", page.encode())))
+    assert "the deep text" in text and "the text after" in text
+
+
 # --- hidden names: counted with their paths, or indexed ---------------------------------------
 
 HIDDEN_FILES = {"good.md": b"# Good\n\nA visible page about pumps.\n",
@@ -121,6 +143,18 @@ def test_hidden_s3_names_are_counted_with_their_paths_or_listed(s3_server, tmp_p
     report = {}
     listed = list_objects("s3://hidden20/docs", s3_server.settings(), report=report, skip_hidden=False)
     assert [o.key for o in listed] == sorted(HIDDEN_FILES) and report == {}
+
+
+@PROPERTY
+@given(name=st.text(st.sampled_from(".a-_ é"), min_size=1, max_size=8).filter(
+    lambda n: n not in (".", "..")), folder=st.sampled_from(["", ".hid/", "sub/", "..x/"]))
+def test_any_name_with_leading_dots_is_listed_or_counted(tmp_path_factory, name, folder):
+    from transforms.ingest.read import list_objects
+    root = make_tree(tmp_path_factory.mktemp("dots"), {folder + name: b"x"})
+    report: dict = {}
+    listed = list_objects(str(root), report=report)
+    assert len(listed) + sum(len(v) for v in report.values()) == 1
+    assert len(list_objects(str(root), skip_hidden=False)) == 1
 
 
 # --- what one document may inflate to ---------------------------------------------------------

@@ -21,7 +21,8 @@ from transforms.ingest.parse.base import ParseError
 from transforms.ingest.parse.limits import ParseLimits, check_text, text_chars
 from transforms.records import Document, RawObject, UniqueObject
 
-PARSER_VERSION = "2"  # bump whenever parser output changes (forces re-indexing); 2: OCR of scanned pages
+PARSER_VERSION = "3"  # bump whenever parser output changes (forces re-indexing); 2: OCR of scanned pages;
+# 3: HTML nested past libxml2's depth limit read to its end (issue 20)
 
 __all__ = ["PARSER_VERSION", "ParseError", "sniff_format", "parse_object",
            "parse_object_with_errors", "acl_for", "parse_unique", "ParseFn", "ParseObjects"]

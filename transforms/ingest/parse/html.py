@@ -186,14 +186,14 @@ def _parse_tree(text: str):
     """The page as an lxml.html tree, read to its end however deeply it nests.
 
     libxml2's tree builder stops at 256 open elements (2048 with huge_tree) and drops the rest
-    of the page silently; legacy pages with unclosed <p><font> get there after ~127 rows. Such
-    pages are read again through the parser's event interface, which has no depth limit, into
-    a tree flattened below FLAT_DEPTH levels (see _FlatBuilder)."""
+    of the page silently; legacy pages with unclosed <p><font> get there after ~127 rows (a text
+    run over 10 MB stops it too). Such pages are read again through the parser's event
+    interface, which has no depth limit, into a tree flattened below FLAT_DEPTH levels."""
     parser = lxml.html.HTMLParser()
     root = lxml.html.document_fromstring(text, parser=parser)
     if not any(e.type_name == "ERR_RESOURCE_LIMIT" for e in parser.error_log):
         return root
-    flat = etree.HTMLParser(target=_FlatBuilder())
+    flat = etree.HTMLParser(target=_FlatBuilder(), huge_tree=True)  # text runs over 10 MB too
     root = etree.fromstring(text, flat)
     if root is None:
         raise etree.ParserError("Document is empty")
@@ -211,16 +211,16 @@ class _FlatBuilder:
 
     def __init__(self) -> None:
         self.tb = etree.TreeBuilder(parser=lxml.html.HTMLParser())
-        self.depth = 0
+        self.open: list = []  # the kept elements' tags, outermost first
         self.dropped = 0  # open elements below FLAT_DEPTH that got no node of their own
         self.broke = False  # a <br> was the last thing added: one is enough between two texts
 
     def start(self, tag, attrib):
-        if self.depth >= FLAT_DEPTH:
+        if len(self.open) >= FLAT_DEPTH:
             self.dropped += 1
             self._line_break(tag)
             return
-        self.depth += 1
+        self.open.append(tag)
         self.tb.start(tag, dict(attrib))
 
     def end(self, tag):
@@ -228,8 +228,7 @@ class _FlatBuilder:
             self.dropped -= 1
             self._line_break(tag)
             return
-        self.depth -= 1
-        self.tb.end(tag)
+        self.tb.end(self.open.pop())
 
     def _line_break(self, tag) -> None:
         if not self.broke and isinstance(tag, str) and tag.lower() in _LINE_TAGS:
@@ -250,6 +249,8 @@ class _FlatBuilder:
         self.tb.pi(target, data)
 
     def close(self):
+        while self.open:  # a parser that stopped early leaves elements open
+            self.tb.end(self.open.pop())
         return self.tb.close()
 
 
