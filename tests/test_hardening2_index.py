@@ -166,6 +166,18 @@ def test_a_pdf_stream_past_max_inflated_bytes_is_refused_with_the_reason():
     assert "a bombed page" in text_of(docs)  # under the cap: parsed as before
 
 
+def test_a_stream_the_scan_cannot_see_is_held_to_the_cap_by_pypdf():
+    import binascii
+    import re
+    pdf = flate_pdf(16)
+    a, b = pdf.index(b"stream\n") + 7, pdf.index(b"\nendstream")
+    hexed = binascii.hexlify(pdf[a:b]) + b">"  # ASCIIHex over Flate: not zlib bytes in the file
+    head = pdf[:a].replace(b"/Filter /FlateDecode", b"/Filter [/ASCIIHexDecode /FlateDecode]")
+    pdf = re.sub(rb"/Length \d+", b"/Length %d" % len(hexed), head) + hexed + pdf[b:]
+    with pytest.raises(ParseError, match=r"PDF stream inflates to more than parse\.max_inflated_bytes=8388608"):
+        parse_object_with_errors(raw("hex.pdf", pdf), limits=ParseLimits(max_inflated_bytes=8 << 20))
+
+
 def test_a_pdf_bomb_is_refused_in_bounded_memory(tmp_path):
     """512 MiB inflated from ~0.5 MB: the old parser peaked near 1.4 GB; the cap (default 256
     MiB) now refuses it with the peak within 100 MB of what the process held before."""
