@@ -50,6 +50,9 @@ class SourceConfig(_Strict):
     max_object_bytes: int = Field(256 * 1024 * 1024, ge=1)
     # Symbolic links whose target lies outside the input root are skipped (and counted) unless set.
     follow_links_outside_root: bool = False
+    # Files and folders whose name starts with '.' (.git/, .DS_Store, ..notes.txt) are not
+    # indexed but counted (summary `skipped_at_listing.hidden`, with paths) unless this is false.
+    skip_hidden: bool = True
     # ACL rule prefixes are matched against the key relative to this root (a folder or an
     # s3:// prefix) when set; unset: against every '/'-boundary suffix of the object's URI.
     root: Optional[str] = None
@@ -61,6 +64,11 @@ class ParseConfig(_Strict):
     ocr: Literal["auto", "off", "force"] = "auto"
     ocr_dpi: int = Field(300, ge=72, le=600)  # below ~250 dpi the bundled model drops word spaces
     ocr_min_confidence: float = Field(0.75, ge=0.0, le=1.0)  # a page below this is dead-lettered
+    # What one document may inflate to (max_object_bytes bounds only what is read): its text
+    # (a JSONL record's, a file's), and a PDF's compressed streams, inflated, all together.
+    # Past either it is dead-lettered with the key named (transforms/ingest/parse/limits.py).
+    max_text_chars: int = Field(50_000_000, ge=1)
+    max_inflated_bytes: int = Field(256 * 1024 * 1024, ge=1)
 
 
 class DedupeConfig(_Strict):

@@ -61,6 +61,12 @@ def ocr_settings(cfg: Config):
     return OcrSettings(mode=p.ocr, dpi=p.ocr_dpi, min_confidence=p.ocr_min_confidence)
 
 
+def parse_limits(cfg: Config):
+    from transforms.ingest.parse.limits import ParseLimits
+    return ParseLimits(max_text_chars=cfg.parse.max_text_chars,
+                       max_inflated_bytes=cfg.parse.max_inflated_bytes)
+
+
 def near_dup_settings(cfg: Config):
     """The dedupe section as NearDupSettings, or None when near-duplicate detection is off."""
     from transforms.ingest.neardup import NearDupSettings
@@ -101,7 +107,8 @@ def build_index_pipeline(p: beam.Pipeline, plan: IndexPlan, out_dir: str, cfg: C
     (raws | "SourceRows" >> beam.Map(source_row).with_output_types(dict)
           | "WriteSourcesRead" >> WriteShards(storage.join(out_dir, SOURCES_READ_DIR), SOURCE_SCHEMA))
     uniques = raws | "DedupeByContent" >> DedupeByContent(plan.extra_copies(), plan.known_rep)
-    parsed = uniques | "Parse" >> ParseObjects(acl_rules, cfg.source.root, ocr_settings(cfg))
+    parsed = uniques | "Parse" >> ParseObjects(acl_rules, cfg.source.root, ocr_settings(cfg),
+                                                   parse_limits(cfg))
     documents = parsed.documents | "DedupeDocuments" >> DedupeDocuments()
     near_settings = near_dup_settings(cfg)
     if near_settings is not None:
@@ -165,7 +172,8 @@ def current_versions(cfg: Config, spec: ModelSpec) -> dict:
 def plan_run(cfg: Config, input_uri: str, index_dir: str, spec: ModelSpec,
              report: Optional[dict] = None, scratch: Optional[str] = None) -> IndexPlan:
     listed = list_objects(input_uri, settings_from_config(cfg), report=report,
-                          follow_outside=cfg.source.follow_links_outside_root)
+                          follow_outside=cfg.source.follow_links_outside_root,
+                          skip_hidden=cfg.source.skip_hidden)
     if is_s3(index_dir):
         export_to_environment(settings_from_config(cfg))
         live = load_live(index_dir, scratch, with_artifact=cfg.gate is not None)

@@ -6,7 +6,8 @@ Regular files under the root are listed. Everything else is counted in `report` 
 - `dangling_link`: a link whose target does not exist;
 - `not_a_regular_file`: a FIFO, socket or device (reading one would block or fail);
 - `unreadable`: an entry whose metadata cannot be read.
-Hidden names (a component starting with '.') are skipped by rule, as for every source.
+- `hidden`: a file or folder whose name starts with '.', skipped by rule while
+  `source.skip_hidden` is set (the default), as for every source; a folder is one entry.
 """
 from __future__ import annotations
 
@@ -36,13 +37,15 @@ def _inside(path: str, root_real: str) -> bool:
     return path == root_real or path.startswith(root_real.rstrip(os.sep) + os.sep)
 
 
-def list_local(path: str, report: dict, follow_outside: bool = False, *, make) -> Iterator:
+def list_local(path: str, report: dict, follow_outside: bool = False, *, make,
+               skip_hidden: bool = True) -> Iterator:
     """make(uri, key, size, mtime): the listed-object constructor (transforms.ingest.read.ListedObject)."""
     ListedObject = make
 
     def skip(reason: str, full: str) -> None:
         report.setdefault(reason, []).append(printable_uri(full))
-        log.warning("not indexed (%s): %s", reason, printable_uri(full))
+        if reason != "hidden":  # .git/ and .DS_Store are routine: counted, not warned about
+            log.warning("not indexed (%s): %s", reason, printable_uri(full))
 
     root = os.path.abspath(path)
     if os.path.isfile(root):
@@ -61,18 +64,20 @@ def list_local(path: str, report: dict, follow_outside: bool = False, *, make) -
         seen.add((st.st_dev, st.st_ino))
         keep = []
         for d in sorted(dirnames):
-            if d.startswith("."):
-                continue
             full = os.path.join(dirpath, d)
+            if skip_hidden and d.startswith("."):
+                skip("hidden", full + os.sep)
+                continue
             if os.path.islink(full) and not follow_outside and not _inside(os.path.realpath(full), root_real):
                 skip("symlink_outside_root", full)
                 continue
             keep.append(d)
         dirnames[:] = keep
         for name in sorted(filenames):
-            if name.startswith("."):
-                continue
             full = os.path.join(dirpath, name)
+            if skip_hidden and name.startswith("."):
+                skip("hidden", full)
+                continue
             try:
                 fst = os.stat(full)
             except FileNotFoundError:

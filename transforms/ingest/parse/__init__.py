@@ -18,10 +18,12 @@ from transforms.common.counters import DEAD_LETTER
 from transforms.common.fault_injection import drop_point
 from transforms.common.stage import Outputs, StageFn
 from transforms.ingest.parse.base import ParseError
+from transforms.ingest.parse.limits import ParseLimits, check_text, text_chars
 from transforms.records import Document, RawObject, UniqueObject
 
 PARSER_VERSION = "3"  # bump whenever parser output changes (forces re-indexing); 2: OCR of scanned pages;
-# 3: a JSONL record's doc_id is "<record id>@<12 hex of its file's key>"
+# 3: a JSONL record's doc_id is "<record id>@<12 hex of its file's key>", and HTML nested past
+# libxml2's depth limit is read to its end (issue 20)
 
 __all__ = ["PARSER_VERSION", "ParseError", "sniff_format", "parse_object",
            "parse_object_with_errors", "acl_for", "parse_unique", "ParseFn", "ParseObjects"]
@@ -98,21 +100,25 @@ def _parsers() -> dict[str, Callable]:
 
 
 def parse_object_with_errors(raw: RawObject, source_uris: Optional[list[str]] = None,
-                             ocr=None) -> tuple[list[Document], list[str]]:
+                             ocr=None, limits: Optional[ParseLimits] = None
+                             ) -> tuple[list[Document], list[str]]:
     """(documents, per-record problems). Raises ParseError when nothing usable came out.
 
     The problems list is only non-empty for JSONL files with some bad lines
     ("line 7: missing id") and PDFs with pages OCR could not read ("page 3: OCR found no
     text"); the pipeline dead-letters those and keeps the documents. `ocr` is a
-    transforms.ingest.parse.ocr.OcrSettings (None: the defaults, mode auto).
+    transforms.ingest.parse.ocr.OcrSettings (None: the defaults, mode auto). `limits`: what one
+    document may inflate to (limits.ParseLimits; None: the defaults); a JSONL record past
+    max_text_chars is a bad line, any other document past it a ParseError.
     """
+    limits = limits or ParseLimits()
     fmt = sniff_format(raw.key, raw.data)
     if fmt == "binary":
         raise ParseError(f"binary content: {_describe(raw.data)}")
     try:
         if fmt == "jsonl":
             from transforms.ingest.parse.jsonl import parse_jsonl
-            docs, errors = parse_jsonl(raw, source_uris)
+            docs, errors = parse_jsonl(raw, source_uris, limits)
             if not docs:
                 first = f" ({errors[0]}" + (f"; +{len(errors) - 1} more)" if len(errors) > 1 else ")") \
                     if errors else ""
@@ -120,8 +126,11 @@ def parse_object_with_errors(raw: RawObject, source_uris: Optional[list[str]] = 
             return docs, errors
         if fmt == "pdf":  # per-page OCR problems come back like bad JSONL lines ("page 3: ...")
             from transforms.ingest.parse.pdf import parse_pdf_with_errors
-            return parse_pdf_with_errors(raw, source_uris, ocr)
-        return _parsers()[fmt](raw, source_uris), []
+            return parse_pdf_with_errors(raw, source_uris, ocr, limits)
+        docs = _parsers()[fmt](raw, source_uris)
+        for doc in docs:
+            check_text(text_chars(doc.sections), limits)
+        return docs, []
     except ParseError:
         raise
     except RecursionError as e:
@@ -155,7 +164,7 @@ def acl_for(uri: str, key: str, acl_rules: AclRules, root: Optional[str] = None)
 
 
 def parse_unique(unique: UniqueObject, acl_rules: AclRules = (), acl_root: Optional[str] = None,
-                 ocr=None) -> tuple[list[Document], list[str]]:
+                 ocr=None, limits: Optional[ParseLimits] = None) -> tuple[list[Document], list[str]]:
     """The parse stage function: one distinct content -> (documents, bad-record reasons).
 
     Documents carry the file's hash as `source_hash` and the groups the config's `acl:`
@@ -163,7 +172,7 @@ def parse_unique(unique: UniqueObject, acl_rules: AclRules = (), acl_root: Optio
     Raises ParseError when nothing usable came out."""
     from transforms.ingest.acl import effective_acl
     raw = unique.raw
-    docs, line_errors = parse_object_with_errors(raw, list(unique.source_uris), ocr)
+    docs, line_errors = parse_object_with_errors(raw, list(unique.source_uris), ocr, limits)
     allowed = acl_for(raw.uri, raw.key, acl_rules, acl_root)
     out = []
     for doc in docs:
@@ -177,10 +186,12 @@ class ParseFn(StageFn):
     """Emits Documents; unparseable objects (and bad JSONL lines) go to DEAD_LETTER with the reason."""
     STAGE, FAILED = "parse", "dead_lettered_parse"
 
-    def __init__(self, acl_rules: AclRules = (), acl_root: Optional[str] = None, ocr=None):
+    def __init__(self, acl_rules: AclRules = (), acl_root: Optional[str] = None, ocr=None,
+                 limits: Optional[ParseLimits] = None):
         self.acl_rules = acl_rules  # (key prefix, groups): what a path allows (transforms.ingest.acl)
         self.acl_root = acl_root
         self.ocr = ocr  # transforms.ingest.parse.ocr.OcrSettings (None: defaults, mode auto)
+        self.limits = limits  # limits.ParseLimits (None: defaults)
 
     def origin(self, unique: UniqueObject) -> tuple[str, str]:
         return unique.raw.uri, unique.raw.content_hash
@@ -192,7 +203,7 @@ class ParseFn(StageFn):
     def apply(self, unique: UniqueObject, out: Outputs) -> None:
         if drop_point("parse", unique.raw.uri):  # the reconciliation tests' lost element
             return
-        docs, line_errors = parse_unique(unique, self.acl_rules, self.acl_root, self.ocr)
+        docs, line_errors = parse_unique(unique, self.acl_rules, self.acl_root, self.ocr, self.limits)
         out.count("parsed_objects")
         out.note_progress("documents parsed")
         for reason in line_errors:  # a bad JSONL line, or a PDF page OCR could not read
@@ -212,11 +223,12 @@ class ParseObjects(beam.PTransform):
         parsed[DEAD_LETTER] | ...   # DeadLetter(uri, hash, "parse", reason), one per bad JSONL line too
     """
 
-    def __init__(self, acl_rules: AclRules = (), acl_root: Optional[str] = None, ocr=None):
+    def __init__(self, acl_rules: AclRules = (), acl_root: Optional[str] = None, ocr=None,
+                 limits: Optional[ParseLimits] = None):
         super().__init__()
-        self.acl_rules, self.acl_root, self.ocr = acl_rules, acl_root, ocr
+        self.acl_rules, self.acl_root, self.ocr, self.limits = acl_rules, acl_root, ocr, limits
 
     def expand(self, uniques):
         return (uniques
-                | "ParseObjects" >> beam.ParDo(ParseFn(self.acl_rules, self.acl_root, self.ocr))
+                | "ParseObjects" >> beam.ParDo(ParseFn(self.acl_rules, self.acl_root, self.ocr, self.limits))
                 .with_output_types(Document).with_outputs(DEAD_LETTER, main="documents"))

@@ -182,12 +182,84 @@ def _split_item(el, own: list[str], nested: list) -> None:
             own.append(child.tail)
 
 
+def _parse_tree(text: str):
+    """The page as an lxml.html tree, read to its end however deeply it nests.
+
+    libxml2's tree builder stops at 256 open elements (2048 with huge_tree) and drops the rest
+    of the page silently; legacy pages with unclosed <p><font> get there after ~127 rows (a text
+    run over 10 MB stops it too). Such pages are read again through the parser's event
+    interface, which has no depth limit, into a tree flattened below FLAT_DEPTH levels."""
+    parser = lxml.html.HTMLParser()
+    root = lxml.html.document_fromstring(text, parser=parser)
+    if not any(e.type_name == "ERR_RESOURCE_LIMIT" for e in parser.error_log):
+        return root
+    flat = etree.HTMLParser(target=_FlatBuilder(), huge_tree=True)  # text runs over 10 MB too
+    root = etree.fromstring(text, flat)
+    if root is None:
+        raise etree.ParserError("Document is empty")
+    return root
+
+
+_LINE_TAGS = frozenset(_BLOCKS | {"br", "tr", "td", "th"} | set(_HEADINGS))
+FLAT_DEPTH = 200  # well inside libxml2's 256 and Python's recursion limit (the walker recurses)
+
+
+class _FlatBuilder:
+    """Parser events -> an lxml.html tree no deeper than FLAT_DEPTH: a deeper element's text
+    goes to its deepest kept ancestor, with a <br> where a block element began or ended so
+    that rows stay lines."""
+
+    def __init__(self) -> None:
+        self.tb = etree.TreeBuilder(parser=lxml.html.HTMLParser())
+        self.open: list = []  # the kept elements' tags, outermost first
+        self.dropped = 0  # open elements below FLAT_DEPTH that got no node of their own
+        self.broke = False  # a <br> was the last thing added: one is enough between two texts
+
+    def start(self, tag, attrib):
+        if len(self.open) >= FLAT_DEPTH:
+            self.dropped += 1
+            self._line_break(tag)
+            return
+        self.open.append(tag)
+        self.tb.start(tag, dict(attrib))
+
+    def end(self, tag):
+        if self.dropped:
+            self.dropped -= 1
+            self._line_break(tag)
+            return
+        self.tb.end(self.open.pop())
+
+    def _line_break(self, tag) -> None:
+        if not self.broke and isinstance(tag, str) and tag.lower() in _LINE_TAGS:
+            self.tb.start("br", {})
+            self.tb.end("br")
+            self.broke = True
+
+    def data(self, text):
+        if self.broke and not text.strip():
+            return  # a page of 100,000 nested <div>s is mostly newlines between the tags
+        self.broke = False
+        self.tb.data(text)
+
+    def comment(self, text):
+        self.tb.comment(text)
+
+    def pi(self, target, data=None):
+        self.tb.pi(target, data)
+
+    def close(self):
+        while self.open:  # a parser that stopped early leaves elements open
+            self.tb.end(self.open.pop())
+        return self.tb.close()
+
+
 def parse_html(raw: RawObject, source_uris: Optional[list[str]] = None) -> list[Document]:
     text = _XML_DECL.sub("", decode_text(raw.data), count=1)
     if not text.strip():
         raise ParseError("no text extracted")
     try:
-        root = lxml.html.document_fromstring(text)
+        root = _parse_tree(text)
     except (etree.ParserError, ValueError) as e:
         raise ParseError(f"html: {type(e).__name__}: {e}") from e
 

@@ -5,12 +5,14 @@ import json
 from typing import Optional
 
 from transforms.ingest.parse.base import ParseError, make_document, norm_lines
+from transforms.ingest.parse.limits import ParseLimits, check_text
 from transforms.records import Document, RawObject, Section, record_doc_id, sha256_hex
 
 _RESERVED = {"id", "_id", "title", "text", "acl"}
 
 
-def _record(raw: RawObject, line: bytes, source_uris: Optional[list[str]]) -> Document:
+def _record(raw: RawObject, line: bytes, source_uris: Optional[list[str]],
+            limits: ParseLimits) -> Document:
     try:
         rec = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -25,6 +27,7 @@ def _record(raw: RawObject, line: bytes, source_uris: Optional[list[str]]) -> Do
         raise ParseError("missing text" if text is None else "text is not a string")
     if not text.strip():
         raise ParseError("no text extracted")
+    check_text(len(text), limits)  # a record is one document: the same cap as a file
     acl = rec.get("acl") or []
     if not isinstance(acl, list) or not all(isinstance(a, str) for a in acl):
         raise ParseError("acl must be a list of strings")
@@ -39,8 +42,8 @@ def _record(raw: RawObject, line: bytes, source_uris: Optional[list[str]]) -> Do
                          doc_id=record_doc_id(raw.key, str(rid)), content_hash=sha256_hex(line), acl=acl)
 
 
-def parse_jsonl(raw: RawObject, source_uris: Optional[list[str]] = None
-                ) -> tuple[list[Document], list[str]]:
+def parse_jsonl(raw: RawObject, source_uris: Optional[list[str]] = None,
+                limits: Optional[ParseLimits] = None) -> tuple[list[Document], list[str]]:
     """(documents, per-line problems such as "line 7: missing id")."""
     docs: list[Document] = []
     errors: list[str] = []
@@ -51,7 +54,7 @@ def parse_jsonl(raw: RawObject, source_uris: Optional[list[str]] = None
         if not line.strip():
             continue
         try:
-            doc = _record(raw, line, source_uris)
+            doc = _record(raw, line, source_uris, limits or ParseLimits())
         except ParseError as e:
             errors.append(f"line {n}: {e}")
             continue

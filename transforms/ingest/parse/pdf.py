@@ -7,9 +7,10 @@ import re
 from typing import Optional
 
 import pypdf
-from pypdf.errors import PdfReadError
 
 from transforms.ingest.parse.base import ParseError, file_stem, make_document
+from transforms.ingest.parse.limits import (ParseLimits, check_inflated, check_text, is_limit_error,
+                                            pypdf_limits, text_chars)
 from transforms.ingest.parse.ocr import OcrSettings, ocr_metadata, ocr_pdf
 from transforms.records import Document, RawObject, Section
 
@@ -87,13 +88,30 @@ def _split_page(text: str, current: list[str], entries: list[list[str]]
 
 
 def parse_pdf(raw: RawObject, source_uris: Optional[list[str]] = None,
-              ocr: Optional[OcrSettings] = None) -> list[Document]:
-    return parse_pdf_with_errors(raw, source_uris, ocr)[0]
+              ocr: Optional[OcrSettings] = None, limits: Optional[ParseLimits] = None) -> list[Document]:
+    return parse_pdf_with_errors(raw, source_uris, ocr, limits)[0]
 
 
 def parse_pdf_with_errors(raw: RawObject, source_uris: Optional[list[str]] = None,
-                          ocr: Optional[OcrSettings] = None) -> tuple[list[Document], list[str]]:
-    """(documents, per-page problems such as "page 3: OCR confidence 0.41 below 0.75")."""
+                          ocr: Optional[OcrSettings] = None, limits: Optional[ParseLimits] = None
+                          ) -> tuple[list[Document], list[str]]:
+    """(documents, per-page problems such as "page 3: OCR confidence 0.41 below 0.75").
+
+    A file whose streams inflate past limits.max_inflated_bytes, or whose text is longer than
+    limits.max_text_chars, is refused (ParseError) before it can take the memory (limits.py)."""
+    limits = limits or ParseLimits()
+    check_inflated(raw.data, limits)  # before pypdf or PDFium inflates anything
+    with pypdf_limits(limits):
+        return _parse_pdf(raw, source_uris, ocr, limits)
+
+
+def _limit_reached(e: BaseException, limits: ParseLimits) -> ParseError:
+    return ParseError(f"PDF stream inflates to more than parse.max_inflated_bytes="
+                      f"{limits.max_inflated_bytes} ({str(e)[:100]})")
+
+
+def _parse_pdf(raw: RawObject, source_uris: Optional[list[str]], ocr: Optional[OcrSettings],
+               limits: ParseLimits) -> tuple[list[Document], list[str]]:
     try:
         reader = pypdf.PdfReader(io.BytesIO(raw.data), strict=False)
         if reader.is_encrypted:
@@ -108,6 +126,8 @@ def parse_pdf_with_errors(raw: RawObject, source_uris: Optional[list[str]] = Non
     except ParseError:
         raise
     except Exception as e:
+        if is_limit_error(e):
+            raise _limit_reached(e, limits) from e
         raise ParseError(f"unreadable PDF: {type(e).__name__}: {e}") from e
     if n_pages == 0:
         raise ParseError("unreadable PDF: no pages")
@@ -118,11 +138,16 @@ def parse_pdf_with_errors(raw: RawObject, source_uris: Optional[list[str]] = Non
         by_page.setdefault(page_no, []).append(path)
 
     layers: list[Optional[str]] = []
+    chars = 0
     for page in pages:
         try:
             layers.append(_clean(page.extract_text() or ""))
-        except (PdfReadError, Exception):  # one bad page: keep the rest
+        except Exception as e:  # one bad page: keep the rest; a stream past the cap: refuse the file
+            if is_limit_error(e):  # (PDFium, reading the page for OCR, would inflate it whole)
+                raise _limit_reached(e, limits) from e
             layers.append(None)
+        chars += len(layers[-1] or "")
+        check_text(chars, limits)
     read = ocr_pdf(raw.data, layers, ocr or OcrSettings())  # scanned pages; never raises per page
     errors = [f"page {i + 1}: {reason}" for i, reason in sorted(read.errors.items())]
 
@@ -156,6 +181,7 @@ def parse_pdf_with_errors(raw: RawObject, source_uris: Optional[list[str]] = Non
         title = next((ln for ln in sections[0].text.split("\n") if ln.strip()), "")[:200]
     if not any(s.text.strip() for s in sections):
         raise ParseError("no text extracted" + _first(errors))
+    check_text(text_chars(sections), limits)  # OCR'd pages count too
     return [make_document(raw, "pdf", title or file_stem(raw.key), sections, source_uris, meta)], errors
 
 
