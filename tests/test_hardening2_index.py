@@ -211,7 +211,7 @@ def test_text_past_max_text_chars_is_refused_in_every_format():
     big, small = "word " * 400, "a short record"
     jsonl = (f'{{"id": "small", "text": "{small}"}}\n{{"id": "big", "text": "{big}"}}\n').encode()
     docs, errors = parse_object_with_errors(raw("r.jsonl", jsonl), limits=limits)
-    assert [d.doc_id for d in docs] == ["small"]
+    assert [d.metadata["record_id"] for d in docs] == ["small"]
     assert errors == ["line 2: text longer than parse.max_text_chars=1000"]
     for key, data in (("t.txt", big.encode()), ("p.html", f"<html><body><p>{big}</p></body></html>".encode()),
                       ("m.md", f"# T\n\n{big}\n".encode())):

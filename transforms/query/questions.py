@@ -101,7 +101,7 @@ def read_questions(uri: str, fmt: Optional[str] = None, s3=None,
         return
     with _open_lines(uri, s3) as raw:
         if fmt == "csv":
-            yield from read_csv_questions(raw, max_line_bytes)
+            yield from read_csv_questions(raw, _safe, _id_of, max_line_bytes)
             return
         yield from read_jsonl(raw, 1, max_line_bytes)
 

@@ -80,8 +80,9 @@ class _Lines:
                 yield part
 
 
-def read_csv_questions(f, max_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[QuestionOrError]:
-    """CSV rows of the binary stream f -> Questions or error records.
+def read_csv_questions(f, safe, id_of, max_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[QuestionOrError]:
+    """CSV rows of the binary stream f -> Questions or error records; safe(rec, line) makes one
+    record of a row dict and id_of(rec) reads its id (questions.py's, passed in: no import cycle).
 
     One bad row is one error record: a row over max_bytes, a field over MAX_FIELD_CHARS, a row
     with more fields than the header, a row csv cannot read. A quoted field that runs over
@@ -89,7 +90,7 @@ def read_csv_questions(f, max_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[Q
     an error, and every swallowed line is an error record of its own (with its id), so rows in =
     records out.
     """
-    from transforms.query.questions import _id_of, _safe
+    _safe, _id_of = safe, id_of
     lines = _Lines(f, max_bytes)
     old_limit = csv.field_size_limit()
     csv.field_size_limit(_CSV_HARD_LIMIT)
