@@ -83,6 +83,11 @@ def text_pdf(pages: Sequence[Sequence[str]], font_size: float = 11.0, leading: f
     info = None
     if title:
         info = add(b"<< /Title (%s) >>" % _esc(title).encode("latin-1"))
+    return serialize(objs, catalog, info)
+
+
+def serialize(objs: Sequence[bytes], root: int, info: Optional[int] = None) -> bytes:
+    """PDF objects 1..n (their bodies) as a file: header, objects, xref table, trailer."""
     out = io.BytesIO()
     out.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     offsets = []
@@ -93,7 +98,7 @@ def text_pdf(pages: Sequence[Sequence[str]], font_size: float = 11.0, leading: f
     out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1))
     for off in offsets:
         out.write(b"%010d 00000 n \n" % off)
-    trailer = b"<< /Size %d /Root %d 0 R" % (len(objs) + 1, catalog)
+    trailer = b"<< /Size %d /Root %d 0 R" % (len(objs) + 1, root)
     if info:
         trailer += b" /Info %d 0 R" % info
     out.write(b"trailer\n" + trailer + b" >>\nstartxref\n%d\n%%%%EOF\n" % xref)

@@ -3,7 +3,6 @@
 before the fix."""
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from transforms.ingest.parse import ParseError, parse_object, parse_object_with_errors
 from transforms.ingest.parse.limits import ParseLimits
 from transforms.records import RawObject
+from tests.pdf_maker import serialize
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,17 +54,7 @@ def flate_pdf(inflated_mib: int, level: int = 6) -> bytes:
             b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] /Contents 5 0 R "
             b"/Resources << /Font << /F1 3 0 R >> >> >>",
             b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream"]
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
-    offsets = []
-    for i, body in enumerate(objs, 1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % i + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1))
-    out.write(b"".join(b"%010d 00000 n \n" % o for o in offsets))
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref))
-    return out.getvalue()
+    return serialize(objs, 1)
 
 
 # --- HTML is read to its end ------------------------------------------------------------------

@@ -177,6 +177,16 @@ def test_the_cap_is_a_setting(tmp_path):
     assert isinstance(recs[1], InputError) and recs[1].id == "big" and isinstance(recs[2], Question)
 
 
+def _read_traced(path):
+    """(records, peak traced Python memory while reading them)."""
+    tracemalloc.start()
+    try:
+        recs = _read(path)
+        return recs, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_csv_line_over_the_cap_is_one_error_record(tmp_path):
     p = tmp_path / "q.csv"
     with open(p, "w", newline="") as f:
@@ -185,12 +195,7 @@ def test_a_csv_line_over_the_cap_is_one_error_record(tmp_path):
         w.writerow(["a", "What is glob?"])
         w.writerow(["big", ('x, "y"' * 300 + "\n") * (BIG // 1801)])  # quotes, commas, line ends inside
         w.writerow(["c", "What is json?"])
-    tracemalloc.start()
-    try:
-        recs = _read(p)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    recs, peak = _read_traced(p)
     assert [r.id for r in recs if isinstance(r, Question)] == ["a", "c"]
     (err,) = [r for r in recs if isinstance(r, InputError)]
     assert err.id == "big" and "over the cap of 1048576" in err.reason
@@ -200,12 +205,7 @@ def test_a_csv_line_over_the_cap_is_one_error_record(tmp_path):
 def test_a_csv_with_one_huge_physical_line_keeps_the_rows_after_it(tmp_path):
     p = tmp_path / "q.csv"
     p.write_text('id,question\na,What is glob?\nbig,"' + 'x""' * (BIG // 3) + '"\nc,What is json?\n')
-    tracemalloc.start()
-    try:
-        recs = _read(p)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    recs, peak = _read_traced(p)
     assert peak < 8 * 1024 * 1024, peak
     assert [(r.id, type(r).__name__) for r in recs] == [("a", "Question"), ("big", "InputError"),
                                                          ("c", "Question")]
