@@ -122,34 +122,51 @@ def list_parts(parts_dir: str, shards: int, fmt: str) -> list[str]:
     return sorted(glob.glob(os.path.join(parts_dir, f"shard-*-of-{shards:05d}.{fmt}")))
 
 
-def join_parts(parts_dir: str, output: str, fmt: str, shards: int) -> int:
+def join_parts(parts_dir: str, output: str, fmt: str, shards: int):
+    """Join the shards into `output` (atomically) one shard at a time, counting their records'
+    statuses on the way: (records written, StatusCounts.counts). Memory follows one shard."""
+    from transforms.query.output_stats import StatusCounts
+    counts = StatusCounts()
     if is_s3(output):  # join into a local file, streaming the parts one at a time, then one upload
         import tempfile
         with tempfile.TemporaryDirectory(prefix="ragbeam-join-") as d:
             local = os.path.join(d, os.path.basename(output))
-            n = join_parts(parts_dir, local, fmt, shards)
+            n, whole = join_parts(parts_dir, local, fmt, shards)
             storage.upload_file(local, output)
-        return n
+        return n, whole
     parts = list_parts(parts_dir, shards, fmt)
     tmp = output + ".tmp"
     n = 0
     if fmt == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
-        tables = [pq.read_table(pa.BufferReader(storage.read_bytes(p))) if is_s3(p) else pq.read_table(p)
-                  for p in parts]
-        tables = [t for t in tables if t.num_rows]
-        table = pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
-        pq.write_table(table, tmp, compression="zstd")
-        n = table.num_rows
+
+        def table_of(p):
+            return pq.read_table(pa.BufferReader(storage.read_bytes(p))) if is_s3(p) else pq.read_table(p)
+
+        def schema_of(p):
+            return pq.read_schema(pa.BufferReader(storage.read_bytes(p))) if is_s3(p) else pq.read_schema(p)
+
+        # one schema for every shard first (a shard whose error column is all null has it typed
+        # null), then one shard at a time through a single writer
+        schemas = [schema_of(p) for p in parts]
+        schema = pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.schema([])
+        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+            for p in parts:
+                t = table_of(p)
+                if t.num_rows:  # missing or null-typed columns take the unified type
+                    t = pa.concat_tables([schema.empty_table(), t], promote_options="permissive")
+                    writer.write_table(t.select(schema.names).cast(schema))
+                    counts.add_table(t)
+                    n += t.num_rows
     else:
         with open(tmp, "wb") as out:
             for p in parts:
-                data = storage.read_bytes(p)
+                data = storage.read_bytes(p)  # one shard: questions_per_shard answers
                 out.write(data)
-                n += data.count(b"\n")
+                n += counts.add_jsonl(data)
     os.replace(tmp, output)
-    return n
+    return n, counts.counts
 
 
 def run_fingerprint(cfg: Config, version_dir: str, questions: str) -> dict:
@@ -220,7 +237,7 @@ def _run_answer(cfg: Config, index: str, questions: str, output: str, *, progres
                 beam_args: Optional[list[str]], log, overwrite: bool, trace: bool) -> dict:
     from transforms.common.counters import read_counters as counters
     from transforms.common.s3 import settings_from_config as s3_settings
-    from transforms.query.output_stats import count_output, refuse_foreign_output
+    from transforms.query.output_stats import refuse_foreign_output
 
     started = time.monotonic()
     from transforms.common.s3 import export_to_environment
@@ -267,8 +284,7 @@ def _run_answer(cfg: Config, index: str, questions: str, output: str, *, progres
              progress_every_s=5.0 if progress else 0.0, trace=trace))
          | "WriteShard" >> beam.ParDo(WriteShardFn(parts_dir, shards, fmt)))
     stats = counters(p.result)
-    n = join_parts(parts_dir, output, fmt, shards)
-    whole = count_output(output, fmt)  # the whole output, also the shards of an earlier run
+    n, whole = join_parts(parts_dir, output, fmt, shards)  # every shard, also an earlier run's
     summary = {"questions_written": n, "answered": whole["answered"],
                "not_found": whole["not_found"], "unsupported": whole["unsupported"], "errors": whole["error"],
                "invalid_citations_removed": whole["invalid_citations"],

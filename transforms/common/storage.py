@@ -5,6 +5,7 @@ the target (and the directory fsynced); on S3 a single PUT is atomic by itself.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
@@ -86,6 +87,20 @@ def upload_file(local_path: str, uri: str, s3: Optional[S3Settings] = None,
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     os.replace(tmp, uri)
+
+
+@contextlib.contextmanager
+def open_local_or_download(uri: str, s3: Optional[S3Settings] = None):
+    """A local path for uri: the path itself, or a temporary download of an s3:// object
+    (streamed to disk, removed afterwards), for readers that want a file to stream from."""
+    if not is_s3(uri):
+        yield uri
+        return
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="ragbeam-read-") as d:
+        local = os.path.join(d, posixpath.basename(uri) or "object")
+        download_file(uri, local, s3)
+        yield local
 
 
 def download_file(uri: str, local_path: str, s3: Optional[S3Settings] = None) -> None:

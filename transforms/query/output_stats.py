@@ -108,29 +108,55 @@ def refuse_foreign_output(output: str, parts_dir: str, fingerprint: dict, overwr
                                 "choose another --output or pass --overwrite")
 
 
-def count_output(output: str, fmt: str) -> dict:
-    """Status counts over the whole joined output (a resumed run counts every shard)."""
-    counts = {"answered": 0, "not_found": 0, "unsupported": 0, "error": 0, "invalid_citations": 0}
+class StatusCounts:
+    """Status counts of answer records, fed one shard at a time: memory follows a shard, not
+    the whole output (a 200,000-answer output used to be read whole just to be counted)."""
 
-    def add(status: Optional[str], invalid) -> None:
-        counts[status if status in counts else "error"] += 1
-        counts["invalid_citations"] += int(invalid or 0)
+    def __init__(self):
+        self.counts = {"answered": 0, "not_found": 0, "unsupported": 0, "error": 0, "invalid_citations": 0}
 
-    from transforms.common import storage
-    data = storage.read_bytes(output)
-    if fmt == "parquet":
-        import io
+    def add(self, status: Optional[str], invalid) -> None:
+        self.counts[status if status in self.counts else "error"] += 1
+        self.counts["invalid_citations"] += int(invalid or 0)
 
-        import pyarrow.parquet as pq
-        t = pq.read_table(io.BytesIO(data))
-        if t.num_rows:
-            invalid = t.column("invalid_citations").to_pylist() if "invalid_citations" in t.column_names \
-                else [0] * t.num_rows
-            for st, inv in zip(t.column("status").to_pylist(), invalid):
-                add(st, inv)
-    else:
-        for line in data.split(b"\n"):  # JSON's line end only: U+2028 and friends are written raw
+    def add_jsonl(self, data: bytes) -> int:
+        """Count the records of JSONL bytes; returns how many. JSON's line end only: U+2028
+        and friends are written raw inside a record."""
+        n = 0
+        for line in data.split(b"\n"):
             if line.strip():
                 rec = json.loads(line)
-                add(rec.get("status"), rec.get("invalid_citations"))
-    return counts
+                self.add(rec.get("status"), rec.get("invalid_citations"))
+                n += 1
+        return n
+
+    def add_table(self, t) -> None:
+        if not t.num_rows:
+            return
+        invalid = t.column("invalid_citations").to_pylist() if "invalid_citations" in t.schema.names \
+            else [0] * t.num_rows
+        for st, inv in zip(t.column("status").to_pylist(), invalid):
+            self.add(st, inv)
+
+
+def count_output(output: str, fmt: str) -> dict:
+    """Status counts over a whole joined output, read in pieces (lines in 1 MiB blocks,
+    Parquet by row group): memory stays flat however long the output is."""
+    from transforms.common import storage
+    counts = StatusCounts()
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+        with storage.open_local_or_download(output) as path:
+            f = pq.ParquetFile(path)
+            cols = [c for c in ("status", "invalid_citations") if c in f.schema_arrow.names]
+            for batch in f.iter_batches(columns=cols):
+                counts.add_table(batch)
+        return counts.counts
+    with storage.open_local_or_download(output) as path, open(path, "rb") as f:
+        rest = b""
+        for block in iter(lambda: f.read(1 << 20), b""):
+            lines = (rest + block).split(b"\n")
+            rest = lines.pop()
+            counts.add_jsonl(b"\n".join(lines))
+        counts.add_jsonl(rest)
+    return counts.counts
