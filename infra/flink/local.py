@@ -122,6 +122,9 @@ def flink_conf(run_dir: Path, ports: dict[str, int], task_slots: int) -> str:
         "rest.port": ports["rest"],
         "parallelism.default": 2,
         "cluster.evenly-spread-out-slots": "true",  # a job's subtasks on both task managers, not one
+        # a lost task manager is noticed in ~20 s, not the default 50 (one machine: no slow links)
+        "heartbeat.interval": 4000,
+        "heartbeat.timeout": 20000,
         "io.tmp.dirs": str(run_dir / "tmp"),
         "env.log.dir": str(run_dir / "log"),
         "env.pid.dir": str(run_dir),

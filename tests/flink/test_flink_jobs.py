@@ -205,36 +205,40 @@ def test_a_run_whose_counts_do_not_reconcile_is_not_published(flink, s3_server, 
     assert publish.current_version(index) is None
 
 
-def test_a_killed_sdk_worker_fails_the_run_and_leaves_the_live_version(first_runs, flink, s3_server, test_config,
-                                                                        bucket):
-    """What Flink does here (no restart strategy is configured for batch jobs): the job fails,
-    the driver raises, and the live version is the one before."""
+def test_a_killed_task_manager_fails_the_run_and_leaves_the_live_version(first_runs, flink, s3_server,
+                                                                          test_config, bucket):
+    """What Flink does here (no restart strategy is configured for batch jobs): a task manager
+    killed with SIGKILL mid-job fails the job, the driver raises, and the live version is the
+    one before. (Last in this module: the cluster has one task manager left after it.)"""
     index = f"{bucket}/flink-index"
     live = publish.current_version(index)
     c = s3_server.client()
     c.put_object(Bucket=BUCKET, Key="corpus/python/library/glob.html",
                  Body=(SAMPLES / "python/library/glob.html").read_bytes())
     before = {j["jid"] for j in flink.jobs()}
+    victim = flink.pids["taskmanager-2"]
     killed = []
 
-    def kill_a_worker():
+    def kill_a_task_manager():
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and not killed:
             running = [j for j in flink.jobs() if j["jid"] not in before and j["state"] == "RUNNING"]
-            workers = flink.sdk_workers()
-            if running and workers:
-                time.sleep(2.0)  # well inside the job: the workers are processing bundles
-                os.kill(workers[0], 9)
-                killed.append(workers[0])
+            if running and flink.sdk_workers():
+                time.sleep(2.0)  # well inside the job: its tasks are deployed and processing
+                os.kill(victim, 9)
+                killed.append(victim)
             time.sleep(0.2)
 
-    killer = threading.Thread(target=kill_a_worker, daemon=True)
+    killer = threading.Thread(target=kill_a_task_manager, daemon=True)
     killer.start()
+    t0 = time.monotonic()
     with pytest.raises(Exception) as failure:
         run_index(flink_config(test_config, s3_server, flink), f"{bucket}/corpus", index, progress=False, log=quiet)
     killer.join(timeout=5)
-    assert killed, "no SDK worker was seen running"
+    assert killed, "the job never ran with SDK workers up"
     assert not isinstance(failure.value, UnbalancedRun)
+    assert "FAILED" in str(failure.value), failure.value
     job = [j for j in flink.jobs() if j["jid"] not in before][-1]
-    assert job["state"] in ("FAILED", "CANCELED"), job
+    assert job["state"] == "FAILED", job
     assert publish.current_version(index) == live
+    print(f"\nkilled task manager: the run failed after {time.monotonic() - t0:.0f} s")
