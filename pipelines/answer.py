@@ -127,11 +127,13 @@ def join_parts(parts_dir: str, output: str, fmt: str, shards: int):
     statuses on the way: (records written, StatusCounts.counts). Memory follows one shard."""
     from transforms.query.output_stats import StatusCounts
     counts = StatusCounts()
-    if is_s3(output):  # join into a local file, streaming the parts one at a time, then one upload
+    if is_s3(output):  # the parts copied down once, joined into a local file, then one upload
         import tempfile
         with tempfile.TemporaryDirectory(prefix="ragbeam-join-") as d:
+            local_parts = os.path.join(d, "parts")
+            storage.download_tree(parts_dir, local_parts)
             local = os.path.join(d, os.path.basename(output))
-            n, whole = join_parts(parts_dir, local, fmt, shards)
+            n, whole = join_parts(local_parts, local, fmt, shards)
             storage.upload_file(local, output)
         return n, whole
     parts = list_parts(parts_dir, shards, fmt)
@@ -140,20 +142,13 @@ def join_parts(parts_dir: str, output: str, fmt: str, shards: int):
     if fmt == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
-
-        def table_of(p):
-            return pq.read_table(pa.BufferReader(storage.read_bytes(p))) if is_s3(p) else pq.read_table(p)
-
-        def schema_of(p):
-            return pq.read_schema(pa.BufferReader(storage.read_bytes(p))) if is_s3(p) else pq.read_schema(p)
-
         # one schema for every shard first (a shard whose error column is all null has it typed
         # null), then one shard at a time through a single writer
-        schemas = [schema_of(p) for p in parts]
+        schemas = [pq.read_schema(p) for p in parts]
         schema = pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.schema([])
         with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
             for p in parts:
-                t = table_of(p)
+                t = pq.read_table(p)
                 if t.num_rows:  # missing or null-typed columns take the unified type
                     t = pa.concat_tables([schema.empty_table(), t], promote_options="permissive")
                     writer.write_table(t.select(schema.names).cast(schema))
@@ -162,7 +157,8 @@ def join_parts(parts_dir: str, output: str, fmt: str, shards: int):
     else:
         with open(tmp, "wb") as out:
             for p in parts:
-                data = storage.read_bytes(p)  # one shard: questions_per_shard answers
+                with open(p, "rb") as f:
+                    data = f.read()  # one shard: questions_per_shard answers
                 out.write(data)
                 n += counts.add_jsonl(data)
     os.replace(tmp, output)

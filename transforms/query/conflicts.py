@@ -41,14 +41,12 @@ def find_conflicts(qwords: set[str], answer_sentences: list[tuple[int, str]], ri
     with the question (qwords). Sources conflict on a unit the answer uses when two documents
     give it different values (the answer's own sentences included). Returns [] or the quotes
     that carry those values, the answer's first."""
-    mine: set[str] = set()
-    for _, s in answer_sentences:
-        mine |= set(quantities(s))
+    found = [(ci, s, True, quantities(s)) for ci, s in answer_sentences]  # each sentence read once
+    mine = {u for *_, q in found for u in q}
     if not mine:
         return []
-    pool = [(ci, s, True) for ci, s in answer_sentences]
-    pool += [(ci, s, False) for ci, s in rivals if qwords & content_words(s)]
-    found = [(ci, s, own, {u: v for u, v in quantities(s).items() if u in mine}) for ci, s, own in pool]
+    found += [(ci, s, False, quantities(s)) for ci, s in rivals if qwords & content_words(s)]
+    found = [(ci, s, own, {u: v for u, v in q.items() if u in mine}) for ci, s, own, q in found]
     disputed = set()
     for unit in mine:
         by_doc: dict[str, set[str]] = {}

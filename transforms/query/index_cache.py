@@ -92,14 +92,15 @@ def fingerprint(path: str) -> dict:
     write anywhere moves the mtime; a copy put back with its old mtime still has to match
     in size, header and footer (DuckDB keeps its headers in the first blocks)."""
     import hashlib
-    size = os.path.getsize(path)
+    st = os.stat(path)
+    size = st.st_size
     h = hashlib.sha256()
     with open(path, "rb") as f:
         h.update(f.read(EDGE_BYTES))
         if size > EDGE_BYTES:
             f.seek(max(EDGE_BYTES, size - EDGE_BYTES))
             h.update(f.read(EDGE_BYTES))
-    return {"size": size, "mtime_ns": os.stat(path).st_mtime_ns, "edges_sha256": h.hexdigest()}
+    return {"size": size, "mtime_ns": st.st_mtime_ns, "edges_sha256": h.hexdigest()}
 
 
 def _still_verified(local: str, done: str, sha: str) -> bool:
