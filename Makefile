@@ -6,7 +6,8 @@ STAMP   := $(VENV)/.installed-$(shell cat setup.py | sha256sum | cut -c1-12)
 INDEX   ?= out/index
 ANSWERS ?= out/answers.jsonl
 
-.PHONY: run test test-core test-flink flink-setup demo-flink bench bench-flink install clean s3-up s3-down demo-s3
+.PHONY: run test test-core test-flink flink-setup demo-flink bench bench-quick bench-s3 bench-flink bench-nightly \
+        bench-eval docs install clean s3-up s3-down demo-s3
 
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -44,6 +45,7 @@ demo-flink: $(STAMP) flink-setup
 	  $(BIN)/ragbeam answer --config configs/flink-local.yaml --index out/flink-index \
 	    --questions samples/questions.jsonl --output out/flink-answers.jsonl --overwrite --show 3'
 
+# Sections 1-6 (bench/run.py); bench/results/bench.{md,json}. Studies that tuned defaults: bench/studies/.
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
 
@@ -61,6 +63,15 @@ bench-quick: $(STAMP)
 # The nightly run's cost: full index of debian-docs, change 1%, re-index (about 40 min on 2 cores).
 bench-nightly: $(STAMP)
 	$(BIN)/python -m bench.nightly_cost
+
+# `ragbeam eval` on every dev set in ../shared/data (indexes under out/eval/); bench/results/eval.md.
+# The tuning studies in bench/studies/ read those indexes.
+bench-eval: $(STAMP)
+	$(BIN)/python -m bench.eval_all
+
+# The configuration reference, generated from configs/schema.py.
+docs: $(STAMP)
+	$(BIN)/python -m configs.reference
 
 s3-up: $(STAMP)
 	infra/s3/local-s3.sh start

@@ -2,7 +2,7 @@
 would merge at the default settings. Records are signed as the index job signs a JSONL record's
 text; no index is built. Zero merges means the near-dedupe stage leaves that set's index as is.
 
-    python -m bench.neardup_devsets [--data ../shared/data] [--threshold 0.9]
+    python -m bench.studies.neardup_devsets [--data ../shared/data] [--threshold 0.9]
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 import time
 from pathlib import Path
 
+from bench.data import SHARED_DATA
 from transforms.ingest.neardup import DocSignature, NearDupSettings, find_near_duplicates, signature
 
 SETS = ("cranfield", "vaswani-npl", "msmarco-trecdl19-subset", "squad-dev-half")
@@ -18,7 +19,7 @@ SETS = ("cranfield", "vaswani-npl", "msmarco-trecdl19-subset", "squad-dev-half")
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[1].parent / "shared/data"))
+    ap.add_argument("--data", default=str(SHARED_DATA))
     ap.add_argument("--threshold", type=float, default=0.9)
     args = ap.parse_args(argv)
     s = NearDupSettings(threshold=args.threshold)

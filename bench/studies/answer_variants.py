@@ -1,6 +1,6 @@
 """Sentence vectors at index time (late chunking vs separate) and extractive selection, on SQuAD.
 
-    python -m bench.answer_variants --index out/eval/squad/index [--dataset ../shared/data/squad-dev-half]
+    python -m bench.studies.answer_variants --index out/eval/squad/index [--dataset ../shared/data/squad-dev-half]
 
 Retrieval runs once per question (normally, and again with the question's whole article
 hidden, as `ragbeam eval` does); then every (sentence-vector kind, storage type, answerer
@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from bench.common import DATA_ROOT, squad_samples
+from bench.studies.devsets import DATA_ROOT, squad_samples
 from transforms.evaluation.datasets import DocLabels, load_dataset
 from transforms.evaluation.evaluator import BATCH, Evaluator, unanswerable_masks
 from transforms.evaluation import metrics as M
@@ -38,7 +38,7 @@ def build_sentence_vectors(ev: Evaluator, kind: str, cache_dir: str):
         z = np.load(path, allow_pickle=True)
         return list(z["spans"]), list(z["vecs"]), float(z["rate"]), float(z["base_rate"])
     emb = ev.engine.embedder
-    # (index-time cost is measured by bench.sentvec_cost, alternating with a baseline)
+    # (index-time cost is measured by bench.studies.sentvec_cost, alternating with a baseline)
     t = time.perf_counter()
     chunk, spans, vecs = chunk_sentence_vectors(emb, embed_texts, texts, kind=kind)
     s = time.perf_counter() - t

@@ -1,6 +1,6 @@
 """Answer-path throughput against retrieval-only, measured in one run on the same questions.
 
-    python -m bench.answer_speed --index out/new/cranfield/index --questions /work/shared/data/cranfield/queries.jsonl
+    python -m bench.studies.answer_speed --index out/new/cranfield/index --questions /work/shared/data/cranfield/queries.jsonl
         [--dedupe-qrels QRELS] [--legacy N] [--profile]
 
 Per question set, with the default config and the engine opened once:

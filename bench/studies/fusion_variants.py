@@ -1,6 +1,6 @@
 """First-stage fusion variants on every dev set, scored like `ragbeam eval` (document nDCG@10).
 
-    python -m bench.fusion_variants --sets cranfield,vaswani,msmarco,squad [--root out/eval]
+    python -m bench.studies.fusion_variants --sets cranfield,vaswani,msmarco,squad [--root out/eval]
 
 For each set, the index built by `ragbeam eval` (ROOT/<set>/index) is opened once; dense
 and BM25 run over every judged query (depth 200 like the eval), and each variant fuses
@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from bench.common import add_dev_set_args, iter_dev_sets
+from bench.studies.devsets import add_dev_set_args, iter_dev_sets
 from transforms.evaluation import metrics as M
 from transforms.query.fuse import rrf_fuse
 from transforms.query.fuse import convex_fuse

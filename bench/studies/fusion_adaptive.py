@@ -1,8 +1,8 @@
 """Score-aware fusion variants that need no per-set weight, on every dev set index.
 
-    python -m bench.fusion_adaptive [--sets cranfield,vaswani,msmarco,squad,debian-docs] [--root out/eval]
+    python -m bench.studies.fusion_adaptive [--sets cranfield,vaswani,msmarco,squad,debian-docs] [--root out/eval]
 
-Like bench.fusion_variants (same depth, same scoring), with BM25 scaled by an absolute bound
+Like bench.studies.fusion_variants (same depth, same scoring), with BM25 scaled by an absolute bound
 instead of (or besides) its per-query min-max:
   ub          the query's BM25 bound (BM25Index.bounds: each known term's highest posting
               weight, plus a once-seen term's weight for each term the index lacks)
@@ -19,7 +19,7 @@ import json
 
 import numpy as np
 
-from bench.common import DEV_SETS, add_dev_set_args, iter_dev_sets
+from bench.studies.devsets import DEV_SETS, add_dev_set_args, iter_dev_sets
 from transforms.evaluation import metrics as M
 from transforms.query.fuse import _scores_on, _valid, bm25_scores_for, normalise
 

@@ -1,7 +1,7 @@
 """Index-time cost of sentence vectors: chunks/s for chunk vectors only (today), late chunking
 (same forward pass, sentence spans pooled) and separate sentence embedding, on the same chunks.
 
-    python -m bench.sentvec_cost --index out/base/squad/index [--n 200] [--rounds 2]
+    python -m bench.studies.sentvec_cost --index out/base/squad/index [--n 200] [--rounds 2]
 
 Passes alternate (base, late, separate, base, ...) and the fastest of each counts: the
 machine is shared, so only ratios measured this way mean anything.

@@ -1,6 +1,6 @@
 """Fit the extractive answerer's evidence model and selection on SQuAD (tune) and report both samples.
 
-    python -m bench.answer_fit --index out/eval/squad/index [--dataset ../shared/data/squad-dev-half]
+    python -m bench.studies.answer_fit --index out/eval/squad/index [--dataset ../shared/data/squad-dev-half]
 
 Two disjoint question samples of the dev half: "eval" (the 500 questions of `ragbeam eval
 --max-queries 500`, seed 0) only reports; "tune" (every other question, 4,897) fits and picks.
@@ -35,9 +35,9 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import minimize
 
+from bench.data import ROOT
 from transforms.evaluation import metrics as M
 
-ROOT = Path(__file__).resolve().parent.parent
 EVIDENCE_FEATURES = ("sentence_evidence", "best_chunk_cosine", "best_bm25_coverage")
 
 _WORD = re.compile(r"[a-z0-9_]+")
@@ -218,7 +218,7 @@ THRESHOLDS = tuple(round(0.30 + 0.02 * i, 2) for i in range(16))  # 0.30 .. 0.60
 
 def at_threshold(rows, t: float) -> dict:
     """The answer figures `ragbeam eval` reports, had the evidence threshold been t (rows:
-    bench.answer_variants.answer_rows of an answerer that refuses nothing on evidence)."""
+    bench.studies.answer_variants.answer_rows of an answerer that refuses nothing on evidence)."""
     ans = [x for x in rows if x["status"] == "answered" and x["evidence"] >= t]
     words = [x["words"] for x in ans]
     return {"gold": round(sum(x["gold"] for x in ans) / len(rows), 4),
@@ -244,9 +244,9 @@ def meets(r: dict, need: dict) -> bool:
 
 
 def main(argv=None) -> None:
-    from bench.answer_variants import answer_rows, collect, score_set
+    from bench.studies.answer_variants import answer_rows, collect, score_set
     from configs.schema import load_config
-    from bench.common import DATA_ROOT, squad_samples
+    from bench.studies.devsets import DATA_ROOT, squad_samples
     from transforms.evaluation.datasets import DocLabels, load_dataset
     from transforms.evaluation.evaluator import Evaluator
     from transforms.index.publish import resolve_index

@@ -2,8 +2,8 @@
 detect at several thresholds, count merges, and check them against the corpus's known twins
 (the same page as .html and .txt/.md). No index is built.
 
-    python -m bench.neardup_debian [--data ../shared/data/debian-docs] [--shingle 3] [--perm 128]
-    python -m bench.neardup_debian --chunks [--threshold 0.9]   # what the index job would save
+    python -m bench.studies.neardup_debian [--data ../shared/data/debian-docs] [--shingle 3] [--perm 128]
+    python -m bench.studies.neardup_debian --chunks [--threshold 0.9]   # what the index job would save
 
 With --chunks: documents are exact-deduped by content hash first (as the index job does),
 every document is chunked with the default chunker settings (no embedding), and the chunks of
@@ -17,6 +17,7 @@ import posixpath
 import time
 from pathlib import Path
 
+from bench.data import SHARED_DATA
 from transforms.ingest.neardup import DocSignature, NearDupSettings, acl_key, find_near_duplicates, signature
 from transforms.ingest.parse import ParseError, parse_object
 from transforms.records import RawObject
@@ -31,7 +32,7 @@ def _twin_key(key: str) -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
-    default = Path(__file__).resolve().parents[1].parent / "shared/data/debian-docs"
+    default = SHARED_DATA / "debian-docs"
     ap.add_argument("--data", default=str(default))
     ap.add_argument("--shingle", type=int, default=3)
     ap.add_argument("--perm", type=int, default=128)

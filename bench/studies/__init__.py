@@ -1,0 +1,1 @@
+"""Tuning studies: fits, grids, variants and sweeps that chose a default (bench/studies/README.md)."""
