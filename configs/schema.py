@@ -29,165 +29,199 @@ class _Strict(BaseModel):
 
 
 class RunnerConfig(_Strict):
+    """The Beam runner the jobs run on."""
     # DirectRunner/FnApiRunner run in-process and never reach for Prism's download.
-    # Any runner Beam knows by name (DataflowRunner, FlinkRunner, ...) or a fully qualified
-    # runner class (my.module.MyRunner); `options` are checked by Beam's own parser at load.
-    name: str = "DirectRunner"
-    direct_running_mode: Literal["in_memory", "multi_threading", "multi_processing"] = "in_memory"
-    direct_num_workers: int = Field(1, ge=1, le=256)
-    options: dict[str, Any] = Field(default_factory=dict)  # extra Beam pipeline options, passed as --key=value
+    name: str = Field("DirectRunner", description="any runner Beam knows by name (DataflowRunner, FlinkRunner, "
+                      "SparkRunner, PortableRunner, ...) or a fully qualified runner class (my.module.MyRunner)")
+    direct_running_mode: Literal["in_memory", "multi_threading", "multi_processing"] = Field(
+        "in_memory", description="how the in-process runner runs its workers")
+    direct_num_workers: int = Field(1, ge=1, le=256, description="workers of the in-process runner")
+    # Checked by Beam's own PipelineOptions parser at load; credential-like names are secrets.
+    options: dict[str, Any] = Field(default_factory=dict, description="extra Beam pipeline options, passed as "
+                                    "--key=value (e.g. setup_file, project, job_endpoint)")
 
 
 class S3Config(_Strict):
-    endpoint_url: Optional[str] = None
-    region: Optional[str] = None
-    access_key_id: Optional[str] = Field(None, repr=False)  # secrets: never in reprs or manifests
-    secret_access_key: Optional[str] = Field(None, repr=False)
+    """Object storage (s3://) for inputs, indexes, question files and outputs."""
+    endpoint_url: Optional[str] = Field(None, description="S3-compatible endpoint (SeaweedFS, MinIO); unset: AWS")
+    region: Optional[str] = Field(None, description="the store's region")
+    # Secrets: never in reprs, errors, logs or manifests; workers take theirs from their environment.
+    access_key_id: Optional[str] = Field(None, repr=False, description="access key; unset: the boto3 chain")
+    secret_access_key: Optional[str] = Field(None, repr=False, description="secret key; unset: the boto3 chain")
 
 
 class SourceConfig(_Strict):
-    full_hash: bool = False  # re-hash every object even when size and mtime are unchanged
-    max_object_bytes: int = Field(256 * 1024 * 1024, ge=1)
-    # Symbolic links whose target lies outside the input root are skipped (and counted) unless set.
-    follow_links_outside_root: bool = False
-    # Files and folders whose name starts with '.' (.git/, .DS_Store, ..notes.txt) are not
-    # indexed but counted (summary `skipped_at_listing.hidden`, with paths) unless this is false.
-    skip_hidden: bool = True
-    # ACL rule prefixes are matched against the key relative to this root (a folder or an
-    # s3:// prefix) when set; unset: against every '/'-boundary suffix of the object's URI.
-    root: Optional[str] = None
+    """Listing and reading the input."""
+    full_hash: bool = Field(False, description="re-hash every object even when size and mtime are unchanged")
+    max_object_bytes: int = Field(256 * 1024 * 1024, ge=1, description="an object larger than this is dead-lettered "
+                                  "unread")
+    follow_links_outside_root: bool = Field(False, description="follow symbolic links whose target lies outside the "
+                                            "input root (false: skipped and counted)")
+    skip_hidden: bool = Field(True, description="files and folders whose name starts with '.' are not indexed but "
+                              "counted, with their paths, in skipped_at_listing.hidden; false: indexed like any other")
+    root: Optional[str] = Field(None, description="a folder or s3:// prefix that ACL rule prefixes are relative to; "
+                                "unset: rules match any '/'-boundary suffix of the object's URI")
 
 
 class ParseConfig(_Strict):
-    # PDF pages with no (or almost no) text layer are rendered and read by OCR (rapidocr on
-    # onnxruntime). auto: only such pages; force: every page; off: never.
-    ocr: Literal["auto", "off", "force"] = "auto"
-    ocr_dpi: int = Field(300, ge=72, le=600)  # below ~250 dpi the bundled model drops word spaces
-    ocr_min_confidence: float = Field(0.75, ge=0.0, le=1.0)  # a page below this is dead-lettered
-    # What one document may inflate to (max_object_bytes bounds only what is read): its text
-    # (a JSONL record's, a file's), and a PDF's compressed streams, inflated, all together.
-    # Past either it is dead-lettered with the key named (transforms/ingest/parse/limits.py).
-    max_text_chars: int = Field(50_000_000, ge=1)
-    max_inflated_bytes: int = Field(256 * 1024 * 1024, ge=1)
+    """Parsing documents, OCR of scanned PDF pages, and what one document may inflate to."""
+    ocr: Literal["auto", "off", "force"] = Field("auto", description="OCR of PDF pages (rapidocr on onnxruntime): "
+                                                 "auto: only pages without a text layer; force: every page; off: never")
+    ocr_dpi: int = Field(300, ge=72, le=600,  # below ~250 dpi the bundled model drops word spaces
+                         description="resolution a page is rendered at for OCR")
+    ocr_min_confidence: float = Field(0.75, ge=0.0, le=1.0, description="a page read with a lower mean confidence "
+                                      "is dead-lettered on its own")
+    # max_object_bytes bounds only what is read; these bound what it inflates to
+    # (transforms/ingest/parse/limits.py).
+    max_text_chars: int = Field(50_000_000, ge=1, description="a document's extracted text (a JSONL record's or a "
+                                "file's) past this is dead-lettered")
+    max_inflated_bytes: int = Field(256 * 1024 * 1024, ge=1, description="what a PDF's compressed streams may "
+                                    "inflate to, all together; past it the file is dead-lettered before parsing")
 
 
 class DedupeConfig(_Strict):
-    # Near-duplicate documents (MinHash + LSH over word shingles, per ACL): a near-copy is not
-    # chunked or embedded, its paths join its representative's sources. Measured on debian-docs:
-    # at 0.9 with 3-word shingles no wrong merge, 109 HTML/txt twins merged (README-neardup.md).
-    near_duplicates: bool = True
-    threshold: float = Field(0.9, gt=0.0, le=1.0)  # estimated Jaccard of the shingle sets
-    shingle_size: int = Field(3, ge=1, le=20)  # words per shingle
-    num_perm: int = Field(128, ge=16, le=1024)  # MinHash permutations (signature: 4 bytes each)
+    """Near-duplicate documents (MinHash + LSH over word shingles, per ACL); part of the processing key."""
+    # A near-copy is not chunked or embedded, its paths join its representative's sources.
+    # Measured on debian-docs: at 0.9 with 3-word shingles no wrong merge (docs/near-duplicates.md).
+    near_duplicates: bool = Field(True, description="merge near-copies into one document; false: exact dedupe only")
+    threshold: float = Field(0.9, gt=0.0, le=1.0, description="estimated Jaccard of the shingle sets")
+    shingle_size: int = Field(3, ge=1, le=20, description="words per shingle")
+    num_perm: int = Field(128, ge=16, le=1024, description="MinHash permutations (signature: 4 bytes each)")
 
 
 class AclRule(_Strict):
-    prefix: str  # key prefix (see source.root for what the key is relative to)
+    """Groups for the files under a key prefix; a JSONL record's own acl only narrows them."""
+    prefix: str = Field(description="key prefix (see source.root for what the key is relative to)")
     # At least one group: an empty list would read as "public" downstream, so it is refused.
-    groups: list[Annotated[str, StringConstraints(min_length=1, strip_whitespace=True)]] = Field(min_length=1)
+    groups: list[Annotated[str, StringConstraints(min_length=1, strip_whitespace=True)]] = Field(
+        min_length=1, description="groups allowed to see these files (at least one)")
 
 
 class ChunkConfig(_Strict):
-    chunk_tokens: int = Field(200, ge=16, le=254)
-    overlap_tokens: int = Field(32, ge=0, le=128)
-    context_tokens: int = Field(40, ge=0, le=128)
+    """Chunking, counted in the model's own word pieces."""
+    chunk_tokens: int = Field(200, ge=16, le=254, description="word pieces of chunk text")
+    overlap_tokens: int = Field(32, ge=0, le=128, description="word pieces shared by neighbouring chunks")
+    context_tokens: int = Field(40, ge=0, le=128, description="word pieces reserved for the \"title › section\" "
+                                "prefix")
 
 
 class ContextualizeConfig(_Strict):
-    kind: Literal["title_path", "none"] = "title_path"
+    """The context prefix embedded with each chunk."""
+    kind: Literal["title_path", "none"] = Field("title_path", description="title_path: \"title › section\"; "
+                                                "none: no prefix")
 
 
 class EmbedConfig(_Strict):
-    model_path: Optional[str] = None  # None: the packaged all-MiniLM-L6-v2 int8 ONNX
-    model_sha256: Optional[str] = None  # required when model_path is set
-    tokenizer_path: Optional[str] = None
-    model_id: Optional[str] = None
-    max_length: int = Field(256, ge=8, le=512)
-    dim: Optional[int] = Field(None, ge=1, le=65536)  # vector dimension; unset: read from the model
-    batch_size: int = Field(8, ge=1, le=1024)
-    intra_op_threads: int = Field(0, ge=0, le=256)
+    """The embedding model (onnxruntime)."""
+    model_path: Optional[str] = Field(None, description="an ONNX model; unset: the packaged all-MiniLM-L6-v2 int8")
+    model_sha256: Optional[str] = Field(None, description="the model file's sha256 (required with model_path)")
+    tokenizer_path: Optional[str] = Field(None, description="its tokenizer.json; unset: the packaged one")
+    model_id: Optional[str] = Field(None, description="the model's name in manifests and cache namespaces")
+    max_length: int = Field(256, ge=8, le=512, description="the model's input length in word pieces")
+    dim: Optional[int] = Field(None, ge=1, le=65536, description="vector dimension; unset: read from the model")
+    batch_size: int = Field(8, ge=1, le=1024, description="texts per model call (8 is as fast as 32 on CPU, "
+                            "with less padding and memory)")
+    intra_op_threads: int = Field(0, ge=0, le=256, description="onnxruntime threads; 0: onnxruntime decides")
 
 
 class HnswConfig(_Strict):
-    m: int = Field(16, ge=2, le=128)
-    ef_construction: int = Field(128, ge=8, le=2048)
-    ef_search: int = Field(64, ge=8, le=2048)
+    """The HNSW index (DuckDB vss)."""
+    m: int = Field(16, ge=2, le=128, description="links per node")
+    ef_construction: int = Field(128, ge=8, le=2048, description="candidate list size while building")
+    ef_search: int = Field(64, ge=8, le=2048, description="candidate list size while searching")
 
 
 class ArtifactConfig(_Strict):
-    build: bool = True
+    """The DuckDB artifact (chunks + HNSW + BM25) built for each version."""
+    build: bool = Field(True, description="build index.duckdb after the pipeline")
     hnsw: HnswConfig = HnswConfig()
-    recall_sample: int = Field(200, ge=0, le=100000)
-    # A question file (JSONL/CSV/Parquet) whose questions probe HNSW recall; unset: the first
-    # sentence of `recall_sample` chunks stands in for questions.
-    recall_questions: Optional[str] = None
+    recall_sample: int = Field(200, ge=0, le=100000, description="probes for the HNSW recall@10 check stored with "
+                               "the artifact")
+    recall_questions: Optional[str] = Field(None, description="a question file (JSONL/CSV/Parquet) to probe HNSW "
+                                            "recall with; unset: the first sentence of recall_sample chunks")
 
 
 class IndexConfig(_Strict):
-    keep_versions: int = Field(3, ge=1, le=1000)
+    """Versions of the index."""
+    keep_versions: int = Field(3, ge=1, le=1000, description="versions kept (never the live one pruned)")
 
 
 class RetrieveConfig(_Strict):
-    dense_top_n: int = Field(50, ge=1, le=1000)
-    bm25_top_n: int = Field(50, ge=1, le=1000)
-    mode: Literal["auto", "exact", "hnsw"] = "auto"
-    rrf_k: int = Field(60, ge=1)
-    dense_weight: float = Field(1.0, ge=0)
-    bm25_weight: float = Field(1.0, ge=0)
-    fused_top_n: int = Field(30, ge=1, le=1000)
-    # convex (default): fusion_alpha * dense score + (1 - fusion_alpha) * BM25 score, each
-    # normalised by fusion_norm (bound: the cosine as it is, BM25 over the query's best possible
-    # score), a chunk missing from one list scored exactly there; rrf: reciprocal rank fusion
-    # (rrf_k, dense_weight, bm25_weight). Chosen on the dev sets (README, "Quality").
-    fusion: Literal["rrf", "convex"] = "convex"
-    fusion_alpha: float = Field(0.82, ge=0, le=1)
-    fusion_norm: Literal["minmax", "zscore", "max", "bound"] = "bound"
-    bm25_k1: Optional[float] = Field(None, gt=0)  # None: the artifact's (1.2)
-    bm25_b: Optional[float] = Field(None, ge=0, le=1)  # None: the artifact's (0.75)
+    """First-stage retrieval: dense and BM25 lists and their fusion."""
+    dense_top_n: int = Field(50, ge=1, le=1000, description="dense candidates per question")
+    bm25_top_n: int = Field(50, ge=1, le=1000, description="BM25 candidates per question")
+    mode: Literal["auto", "exact", "hnsw"] = Field("auto", description="dense search: auto: exact below 200k "
+                                                   "chunks, HNSW above")
+    rrf_k: int = Field(60, ge=1, description="rrf: the rank constant")
+    dense_weight: float = Field(1.0, ge=0, description="rrf: weight of the dense list")
+    bm25_weight: float = Field(1.0, ge=0, description="rrf: weight of the BM25 list")
+    fused_top_n: int = Field(30, ge=1, le=1000, description="fused candidates passed on to rerank and answer")
+    # Convex on fixed scales replaced RRF and per-query min-max, each of which lost a dev set to a
+    # single retriever (docs/evaluation.md).
+    fusion: Literal["rrf", "convex"] = Field("convex", description="convex: fusion_alpha × dense + (1 − "
+                                             "fusion_alpha) × BM25, each normalised by fusion_norm, a chunk missing "
+                                             "from one list scored exactly there; rrf: reciprocal rank fusion")
+    fusion_alpha: float = Field(0.82, ge=0, le=1, description="convex: weight of the dense score")
+    fusion_norm: Literal["minmax", "zscore", "max", "bound"] = Field(
+        "bound", description="convex: bound: the cosine as it is and BM25 over the question's best possible "
+                             "score; minmax, zscore, max: per-query normalisation")
+    bm25_k1: Optional[float] = Field(None, gt=0, description="BM25 k1; unset: the artifact's (1.2)")
+    bm25_b: Optional[float] = Field(None, ge=0, le=1, description="BM25 b; unset: the artifact's (0.75)")
 
 
 class RerankConfig(_Strict):
-    kind: Literal["embedding", "cross_encoder", "none"] = "none"
-    model_dir: Optional[str] = None  # for cross_encoder: model.onnx + tokenizer.json
-    top_n: int = Field(20, ge=1, le=1000)
-    # How the rerank order folds back into the first-stage order; unset: the reranker's own
-    # default (rrf for embedding, none for cross_encoder).
-    fusion: Optional[Literal["rrf", "blend", "none"]] = None
-    top_sentences: int = Field(1, ge=1, le=20)  # embedding: mean of the best N sentence cosines
-    chunk_weight: float = Field(0.0, ge=0)  # embedding: weight of the whole chunk's cosine
+    """Second-stage reranking (off by default: it lowered nDCG@10 on the dev sets)."""
+    kind: Literal["embedding", "cross_encoder", "none"] = Field("none", description="embedding: rescore by the "
+                                                               "best-matching sentence; cross_encoder: an ONNX model")
+    model_dir: Optional[str] = Field(None, description="cross_encoder: folder holding model.onnx + tokenizer.json")
+    top_n: int = Field(20, ge=1, le=1000, description="candidates reranked")
+    fusion: Optional[Literal["rrf", "blend", "none"]] = Field(
+        None, description="how the rerank order folds back into the first-stage order; unset: the reranker's "
+                          "own (rrf for embedding, none for cross_encoder)")
+    top_sentences: int = Field(1, ge=1, le=20, description="embedding: mean of the best N sentence cosines")
+    chunk_weight: float = Field(0.0, ge=0, description="embedding: weight of the whole chunk's cosine")
 
 
 class AnswerConfig(_Strict):
-    kind: Literal["extractive", "openai", "bedrock"] = "extractive"
-    max_sentences: int = Field(3, ge=1, le=20)
-    top_chunks: int = Field(5, ge=1, le=50)
-    # evidence "model": the probability that the chunks answer the question (a logistic model over
-    # sentence and retrieval scores, extract.EVIDENCE_MODEL); "sentence": best cosine + lexical share
-    evidence: Literal["model", "sentence"] = "model"
-    threshold: Optional[float] = Field(None, ge=-1, le=2)  # None: 0.34 for evidence model, 0.58 for sentence
-    # extractive sentence selection (transforms/query/extract.py)
-    gap: float = Field(0.12, ge=0, le=2)  # keep sentences scoring within this of the best
-    # sentences scoring within this of the best are read for competing numbers and dates
-    # (the answer's `conflicts`); 0 turns the check off
-    conflict_gap: float = Field(0.15, ge=0, le=2)
-    lexical_weight: float = Field(0.7, ge=0, le=2)  # share of the question's (idf-weighted) words
-    lexical_idf: bool = True  # weigh the question's words by inverse document frequency
-    type_weight: float = Field(0.1, ge=0, le=2)  # the sentence holds the asked kind (year, number, name)
-    same_source_bonus: float = Field(0.1, ge=0, le=2)  # favour a 2nd sentence from the cited chunk
-    evidence_lexical_weight: float = Field(0.5, ge=0, le=2)  # evidence = max(cos + this * lexical)
-    rank_weight: float = Field(0.0, ge=0, le=2)  # bonus rank_weight / chunk rank
-    mmr_lambda: float = Field(1.0, ge=0, le=1)
-    dup_sim: float = Field(0.95, ge=0, le=1)  # drop a sentence this similar to a picked one
-    base_url: Optional[str] = None  # openai-compatible endpoint
-    model: Optional[str] = None
-    api_key: Optional[str] = Field(None, repr=False)
-    region: Optional[str] = None
-    timeout_s: float = Field(30.0, gt=0, le=3600)  # one request to the generator backend
-    retries: int = Field(2, ge=0, le=10)  # extra attempts after a timeout or a retryable HTTP status
-    backoff_s: float = Field(1.0, ge=0, le=300)
-    # Seconds of generator time one worker may spend in total; after that its remaining
-    # questions become error records at once (None: no budget).
-    budget_s: Optional[float] = Field(3600.0, gt=0)
+    """Answering: the extractive default (transforms/query/extract.py) or a generator backend."""
+    kind: Literal["extractive", "openai", "bedrock"] = Field(
+        "extractive", description="extractive: sentences from the top chunks, one model call a question; openai: "
+                                  "an OpenAI-compatible server (vLLM, llama.cpp, Ollama); bedrock: AWS Bedrock")
+    max_sentences: int = Field(3, ge=1, le=20, description="sentences in an extractive answer, at most")
+    top_chunks: int = Field(5, ge=1, le=50, description="chunks whose sentences are scored (and sources a "
+                            "generator sees)")
+    evidence: Literal["model", "sentence"] = Field(
+        "model", description="model: the probability that the chunks answer the question (a logistic model over "
+                             "sentence and retrieval scores, extract.EVIDENCE_MODEL); sentence: the best sentence "
+                             "score alone")
+    threshold: Optional[float] = Field(None, ge=-1, le=2, description="below it the answer is \"Not found in the "
+                                       "sources.\"; unset: 0.34 for evidence model, 0.58 for sentence")
+    # Extractive selection; the defaults were picked on SQuAD by bench/studies/answer_fit.py.
+    gap: float = Field(0.12, ge=0, le=2, description="a further sentence joins only if it scores within this of "
+                       "the best")
+    conflict_gap: float = Field(0.15, ge=0, le=2, description="sentences scoring within this of the best are read "
+                                "for competing numbers and dates (the answer's conflicts); 0 turns the check off")
+    lexical_weight: float = Field(0.7, ge=0, le=2, description="weight of the share of the question's words a "
+                                  "sentence holds")
+    lexical_idf: bool = Field(True, description="weigh the question's words by inverse document frequency")
+    type_weight: float = Field(0.1, ge=0, le=2, description="bonus when the sentence holds the kind of span asked "
+                               "for (year, number, percent, name)")
+    same_source_bonus: float = Field(0.1, ge=0, le=2, description="bonus for a further sentence from an "
+                                     "already-cited chunk")
+    evidence_lexical_weight: float = Field(0.5, ge=0, le=2, description="the sentence evidence is cosine + this × "
+                                           "the word share")
+    rank_weight: float = Field(0.0, ge=0, le=2, description="bonus rank_weight / the chunk's rank")
+    mmr_lambda: float = Field(1.0, ge=0, le=1, description="MMR trade-off between score and novelty; 1: score only")
+    dup_sim: float = Field(0.95, ge=0, le=1, description="drop a sentence this similar to one already picked")
+    base_url: Optional[str] = Field(None, description="openai: the endpoint (http or https)")
+    model: Optional[str] = Field(None, description="openai, bedrock: the model name")
+    api_key: Optional[str] = Field(None, repr=False, description="openai: the API key")
+    region: Optional[str] = Field(None, description="bedrock: the AWS region")
+    timeout_s: float = Field(30.0, gt=0, le=3600, description="seconds for one request to the generator backend")
+    retries: int = Field(2, ge=0, le=10, description="extra attempts after a timeout or a retryable HTTP status")
+    backoff_s: float = Field(1.0, ge=0, le=300, description="seconds before the first retry")
+    budget_s: Optional[float] = Field(3600.0, gt=0, description="seconds of generator time one worker may spend in "
+                                      "total; then its remaining questions become error records (unset: no budget)")
 
     @property
     def evidence_threshold(self) -> float:
@@ -197,27 +231,34 @@ class AnswerConfig(_Strict):
 
 
 class QuestionsConfig(_Strict):
-    # A question line (JSONL line, CSV physical line, Parquet row) over this many bytes is an
-    # error record for that line, read with bounded memory; the rest of the file is answered.
-    max_line_bytes: int = Field(1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+    """Reading question files."""
+    max_line_bytes: int = Field(1024 * 1024, ge=1024, le=1024 * 1024 * 1024, description="a question line (JSONL "
+                                "line, CSV row, Parquet row) over this is an error record for that line, read in "
+                                "bounded memory")
 
 
 class OutputConfig(_Strict):
-    format: Literal["jsonl", "parquet"] = "jsonl"
-    retrieved_top_k: int = Field(10, ge=1, le=100)
-    shards: Optional[int] = Field(None, ge=1, le=100000)  # None: one shard per questions_per_shard questions
-    questions_per_shard: int = Field(10000, ge=1, le=10000000)
-    batch_size: int = Field(64, ge=1, le=100000)
+    """The answer file."""
+    format: Literal["jsonl", "parquet"] = Field("jsonl", description="the answer file's format")
+    retrieved_top_k: int = Field(10, ge=1, le=100, description="chunks listed in each answer's retrieved")
+    shards: Optional[int] = Field(None, ge=1, le=100000, description="a fixed number of answer shards; unset: one "
+                                  "shard per questions_per_shard questions")
+    questions_per_shard: int = Field(10000, ge=1, le=10000000, description="questions in one answer shard (the "
+                                     "unit a rerun after a crash skips)")
+    batch_size: int = Field(64, ge=1, le=100000, description="questions answered in one engine call")
 
 
 class GateConfig(_Strict):
     """Eval gate: a new version is published only if it passes on a golden set."""
-    dataset: str  # BEIR layout: queries.jsonl + qrels/test.tsv; corpus ids are doc ids of the index
-    metric: str = "ndcg@10"
-    stage: Literal["bm25", "dense", "hybrid", "final", "reranked"] = "hybrid"  # reranked: old name of final
-    min: Optional[float] = Field(None, ge=0, le=1)  # absolute floor
-    max_drop: Optional[float] = Field(None, ge=0, le=1)  # no worse than the live version by more than this
-    max_questions: int = Field(200, ge=1)
+    dataset: str = Field(description="a BEIR folder: queries.jsonl + qrels/test.tsv; corpus ids are the index's "
+                         "doc ids")
+    metric: str = Field("ndcg@10", description="the metric gated on")
+    stage: Literal["bm25", "dense", "hybrid", "final", "reranked"] = Field(
+        "hybrid", description="the ranking scored (reranked: old name of final)")
+    min: Optional[float] = Field(None, ge=0, le=1, description="absolute floor")
+    max_drop: Optional[float] = Field(None, ge=0, le=1, description="no worse than the live version by more "
+                                      "than this")
+    max_questions: int = Field(200, ge=1, description="questions scored, at most")
 
 
 class Config(_Strict):
@@ -226,7 +267,7 @@ class Config(_Strict):
     source: SourceConfig = SourceConfig()
     parse: ParseConfig = ParseConfig()
     dedupe: DedupeConfig = DedupeConfig()
-    acl: list[AclRule] = Field(default_factory=list)
+    acl: list[AclRule] = Field(default_factory=list, description="rules giving groups to files under a key prefix")
     chunk: ChunkConfig = ChunkConfig()
     contextualize: ContextualizeConfig = ContextualizeConfig()
     embed: EmbedConfig = EmbedConfig()
@@ -237,7 +278,7 @@ class Config(_Strict):
     answer: AnswerConfig = AnswerConfig()
     questions: QuestionsConfig = QuestionsConfig()
     output: OutputConfig = OutputConfig()
-    gate: Optional[GateConfig] = None
+    gate: Optional[GateConfig] = Field(None, description="unset: no gate")
 
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
