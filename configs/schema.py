@@ -6,6 +6,7 @@ one key (e.g. `RAGBEAM__S3__ENDPOINT_URL`).
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -388,6 +389,29 @@ def _check_runner(cfg: "Config") -> list[str]:
     return errors
 
 
+@functools.lru_cache(maxsize=1)
+def _beam_parser():
+    """Beam's own argument parser with every PipelineOptions subclass's options added."""
+    import contextlib
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+
+    def all_subclasses(c):
+        for sub in c.__subclasses__():
+            yield sub
+            yield from all_subclasses(sub)
+    for cls in set(all_subclasses(PipelineOptions)):
+        with contextlib.suppress(Exception):
+            cls._add_argparse_args(parser)
+    return parser
+
+
+def beam_option_names() -> frozenset[str]:
+    """Every pipeline option name Beam's Python SDK declares (as `runner.options` keys)."""
+    return frozenset(a.dest for a in _beam_parser()._actions)
+
+
 def validate_beam_options(options: dict, runner_name: str = "") -> list[str]:
     """Check runner.options with Beam's own PipelineOptions parser: unknown names and bad values
     are reported like any other config error (credential-like values are never printed). For
@@ -398,18 +422,10 @@ def validate_beam_options(options: dict, runner_name: str = "") -> list[str]:
     import argparse
     import contextlib
     import io
-    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
     errors = []
-    parser = _BeamArgumentParser(allow_abbrev=False)
-    def all_subclasses(c):
-        for sub in c.__subclasses__():
-            yield sub
-            yield from all_subclasses(sub)
-    for cls in set(all_subclasses(PipelineOptions)):
-        with contextlib.suppress(Exception):
-            cls._add_argparse_args(parser)
-    known = {a.dest for a in parser._actions}
+    parser = _beam_parser()
+    known = beam_option_names()
     for key, value in sorted(options.items()):
         where = f"runner.options.{key}"
         shown = "(value hidden: secret)" if is_secret_path(("runner", "options", key)) else f"(got {value!r})"

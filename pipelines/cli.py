@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
 import logging
 import sys
 
-from configs.schema import ConfigError, load_config
+from configs.schema import ConfigError, beam_option_names, load_config
 
 
 def _index(args) -> int:
@@ -87,11 +88,54 @@ def _eval(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ragbeam", description="Batch RAG indexing and answering on Apache Beam.")
-    sub = p.add_subparsers(dest="command", required=True)
+# Each --help ends with real examples: paths and configs that exist in this repository.
+EXAMPLES = {
+    "ragbeam": """examples:
+  ragbeam index  --config configs/default.yaml --input samples/corpus --output out/index
+  ragbeam answer --config configs/default.yaml --index out/index \\
+                 --questions samples/questions.jsonl --output out/answers.jsonl --show 3
+  ragbeam index  --config configs/local-s3.yaml --input s3://docs/corpus --output out/s3-index
 
-    ix = sub.add_parser("index", help="index documents from a folder or s3:// prefix into an index dir")
+`make run` does the first two; `ragbeam COMMAND --help` shows each command's options.""",
+    "index": """examples:
+  ragbeam index --config configs/default.yaml --input samples/corpus --output out/index
+  ragbeam index --config configs/local-s3.yaml --input s3://docs/corpus --output out/s3-index
+  ragbeam index --config configs/flink-local.yaml --input samples/corpus --output out/flink-index
+
+The S3 example needs the local S3 server (make demo-s3), the Flink one the local cluster
+(make demo-flink); --dry-run prints what a run would change and changes nothing.""",
+    "build-artifacts": """examples:
+  ragbeam build-artifacts --index out/index
+  ragbeam build-artifacts --config configs/default.yaml --index out/index""",
+    "answer": """examples:
+  ragbeam answer --config configs/default.yaml --index out/index \\
+                 --questions samples/questions.jsonl --output out/answers.jsonl --show 3
+  ragbeam answer --index out/index --questions samples/questions.jsonl \\
+                 --output out/answers.parquet --format parquet --trace --overwrite
+  ragbeam answer --config configs/flink-local.yaml --index out/flink-index \\
+                 --questions samples/questions.jsonl --output out/flink-answers.jsonl
+
+--index, --questions and --output each take a local path or an s3:// prefix.""",
+    "eval": """examples:
+  ragbeam eval --dataset ../shared/data/cranfield --output out/eval/cranfield
+  ragbeam eval --dataset ../shared/data/squad-dev-half --max-queries 500 --output out/eval/squad
+  ragbeam eval --config configs/eval-rerank.yaml --dataset ../shared/data/cranfield \\
+               --index out/eval/cranfield/index --output out/eval/cranfield-rerank""",
+}
+
+
+def _examples(name: str) -> dict:
+    """Parser keywords that end its --help with EXAMPLES[name], kept as written."""
+    return {"epilog": EXAMPLES[name], "formatter_class": argparse.RawDescriptionHelpFormatter}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ragbeam", description="Batch RAG indexing and answering on Apache Beam.\n"
+                                "Extra --key=value arguments go to Beam as pipeline options.", **_examples("ragbeam"))
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    ix = sub.add_parser("index", help="index documents from a folder or s3:// prefix into an index dir",
+                        **_examples("index"))
     ix.add_argument("--config", default=None, help="YAML config (default: the packaged configs/default.yaml)")
     ix.add_argument("--input", required=True, help="local folder or s3://bucket/prefix")
     ix.add_argument("--output", required=True, help="index directory (versions + CURRENT pointer)")
@@ -100,11 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="print what would be added, changed, removed and carried over; change nothing")
     ix.set_defaults(func=_index)
 
-    ba = sub.add_parser("build-artifacts", help="rebuild the DuckDB artifact of an index from its shards")
+    ba = sub.add_parser("build-artifacts", help="rebuild the DuckDB artifact of an index from its shards",
+                        **_examples("build-artifacts"))
     ba.add_argument("--config", default=None)
     ba.add_argument("--index", required=True, help="index dir (uses CURRENT) or a version dir")
     ba.set_defaults(func=_build_artifacts)
-    an = sub.add_parser("answer", help="answer a question file (JSONL, CSV, Parquet) against an index")
+    an = sub.add_parser("answer", help="answer a question file (JSONL, CSV, Parquet) against an index",
+                        **_examples("answer"))
     an.add_argument("--config", default=None)
     an.add_argument("--index", required=True, help="index dir (uses CURRENT) or a version dir")
     an.add_argument("--questions", required=True, help="questions file, local or s3://")
@@ -118,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="replace a finished output written by a different job")
     an.set_defaults(func=_answer)
 
-    ev = sub.add_parser("eval", help="retrieval and answer metrics of an index on a BEIR-layout dataset")
+    ev = sub.add_parser("eval", help="retrieval and answer metrics of an index on a BEIR-layout dataset",
+                        **_examples("eval"))
     ev.add_argument("--config", default=None)
     ev.add_argument("--dataset", default=None, help="BEIR dir: queries.jsonl, qrels/test.tsv, corpus.jsonl or docs/")
     ev.add_argument("--output", required=True, help="report dir (report.json, report.html, per_question.jsonl)")
@@ -134,12 +181,44 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def typo_error(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """What a mistyped command or flag gets instead of argparse's bare error (or, for a flag,
+    being passed to Beam unnoticed): "unknown command 'anwser'; did you mean 'answer'?".
+    A flag is a typo only when it is close to one of the command's own flags and is not a Beam
+    pipeline option (those still go to Beam)."""
+    commands = _subparsers(parser)
+    cmd = next((a for a in argv if not a.startswith("-")), None)
+    if cmd is None or any(a in ("-h", "--help") for a in argv[:argv.index(cmd)]):
+        return None
+    if cmd not in commands:
+        close = difflib.get_close_matches(cmd, list(commands), n=1)
+        return (f"unknown command {cmd!r}; " + (f"did you mean {close[0]!r}?" if close
+                                               else f"choose from {', '.join(commands)}"))
+    own = [o for a in commands[cmd]._actions for o in a.option_strings if o.startswith("--")]
+    for arg in argv[argv.index(cmd) + 1:]:
+        name = arg.split("=", 1)[0]
+        if not name.startswith("--") or name == "--" or any(o.startswith(name) for o in own):
+            continue  # a value, one of ours, or an abbreviation of one (argparse takes those)
+        close = difflib.get_close_matches(name, own, n=1, cutoff=0.75)
+        if close and name[2:].replace("-", "_") not in beam_option_names():
+            return f"unknown option {name!r} for 'ragbeam {cmd}'; did you mean {close[0]!r}?"
+    return None
+
+
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # Beam warns at import that Google Cloud client libraries are absent; they are not used here.
     for handler in logging.getLogger().handlers:
         handler.addFilter(lambda r: "apitools not found" not in r.getMessage())
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    typo = typo_error(parser, argv)
+    if typo:
+        parser.error(typo)  # usage, then "ragbeam: error: ...", exit 2
     args, beam_args = parser.parse_known_args(argv)
     args.beam_args = beam_args  # anything else goes to Beam as pipeline options
     try:

@@ -152,3 +152,64 @@ def test_build_artifacts_rebuilds_the_same_rows(mini_index, tmp_path, capsys):
     rebuilt, before = table(os.path.join(vdir, "index.duckdb")), table(original)
     assert len(rebuilt) == len(before) == mini_index[1]["chunks"]
     assert rebuilt == before
+
+
+# --- help and typos: the parser in-process, no job runs ----------------------------------------
+
+def _helps():
+    from pipelines.cli import _subparsers, build_parser
+    parser = build_parser()
+    return {"ragbeam": parser, **_subparsers(parser)}
+
+
+def _examples(help_text: str) -> list[list[str]]:
+    """The example command lines at the end of a --help, continuation lines joined, split."""
+    tail = help_text.split("\nexamples:\n", 1)[1]
+    joined = tail.replace("\\\n", " ")
+    return [line.split() for line in joined.splitlines() if line.strip().startswith("ragbeam ")]
+
+
+@pytest.mark.parametrize("name", ["ragbeam", "index", "build-artifacts", "answer", "eval"])
+def test_every_help_ends_with_real_examples(name):
+    from pipelines.cli import build_parser
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    examples = _examples(_helps()[name].format_help())
+    assert 2 <= len(examples) <= 3, examples
+    for words in examples:
+        # every repository path an example names exists (out/ and s3:// are what the run makes)
+        for w in words:
+            if w.startswith(("configs/", "samples/")):
+                assert os.path.exists(os.path.join(root, w)), w
+        # and the example parses, leaving nothing for Beam
+        args, rest = build_parser().parse_known_args(words[1:])
+        assert rest == [] and args.command == (words[1] if name == "ragbeam" else name), words
+
+
+def test_a_mistyped_command_suggests_the_nearest_and_exits_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["anwser", "--index", "out/index"])
+    assert e.value.code == 2
+    assert "unknown command 'anwser'; did you mean 'answer'?" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["frobnicate"])
+    assert e.value.code == 2 and "choose from index, build-artifacts, answer, eval" in capsys.readouterr().err
+
+
+def test_a_mistyped_flag_suggests_the_nearest_and_exits_2(capsys):
+    with pytest.raises(SystemExit) as e:  # before argparse would say only that --questions is missing
+        main(["answer", "--index", "out/index", "--questons", "samples/questions.jsonl", "--output", "a.jsonl"])
+    assert e.value.code == 2
+    assert "unknown option '--questons' for 'ragbeam answer'; did you mean '--questions'?" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["eval", "--output", "out/e", "--max-querys=3"])
+    assert "did you mean '--max-queries'?" in capsys.readouterr().err
+
+
+def test_beam_options_and_abbreviations_are_not_typos():
+    from pipelines.cli import build_parser, typo_error
+    p = build_parser()
+    base = ["answer", "--index", "i", "--questions", "q.jsonl", "--output", "a.jsonl"]
+    for extra in (["--job_endpoint=localhost:8099"], ["--runner", "DirectRunner"], ["--region=eu-west-1"],
+                  ["--over"], ["--", "--anything"]):
+        assert typo_error(p, base + extra) is None, extra
+    assert typo_error(p, ["--help"]) is None and typo_error(p, ["index", "--help"]) is None
