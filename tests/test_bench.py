@@ -1,5 +1,10 @@
-"""bench/ helpers: the generated-corpus fallback and the results writer. No timings asserted."""
+"""bench/ helpers: the generated-corpus fallback and the results writer; the layout of bench/ (what
+the make targets run) and bench/studies/. No timings asserted."""
+import ast
+import importlib
 import json
+import os
+import re
 
 import pytest
 
@@ -69,3 +74,41 @@ def test_ocr_bench_corpus_is_ten_percent_scans_with_text_twins(tmp_path):
     assert sorted(os.listdir(twin)) == names
     assert all(open(os.path.join(twin, os.path.basename(s["path"])), "rb").read() == s["text_pdf"]
                for s in c["scans"])
+
+
+# --- layout: bench/ holds what the make targets run, bench/studies/ the tuning studies ---------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _bench_modules(folder: str) -> list[str]:
+    pkg = folder.replace("/", ".")
+    return sorted(f"{pkg}.{f[:-3]}" for f in os.listdir(os.path.join(ROOT, folder))
+                  if f.endswith(".py") and f != "__init__.py")
+
+
+@pytest.mark.parametrize("module", _bench_modules("bench") + _bench_modules("bench/studies"))
+def test_every_bench_module_imports(module):
+    importlib.import_module(module)
+
+
+def test_bench_holds_only_what_the_make_targets_run():
+    """Every module in bench/ is a make target's entry point or imported (also as a child
+    process, `python -m bench.job`) by one; tuning studies belong in bench/studies/."""
+    makefile = open(os.path.join(ROOT, "Makefile"), encoding="utf-8").read()
+    todo = set(re.findall(r"python -m (bench\.\w+)", makefile))
+    seen = set()
+    while todo:
+        mod = todo.pop()
+        seen.add(mod)
+        src = open(os.path.join(ROOT, *mod.split(".")) + ".py", encoding="utf-8").read()
+        found = {n.module for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ImportFrom) and n.module}
+        found |= set(re.findall(r"(?:-m\W+|from )(bench\.\w+)", src))  # child processes, code in strings
+        todo |= {m for m in found if m.startswith("bench.") and m.count(".") == 1} - seen
+    assert set(_bench_modules("bench")) <= seen, set(_bench_modules("bench")) - seen
+
+
+def test_every_study_is_described_in_its_readme():
+    readme = open(os.path.join(ROOT, "bench", "studies", "README.md"), encoding="utf-8").read()
+    for mod in _bench_modules("bench/studies"):
+        assert f"`{mod.rsplit('.', 1)[1]}.py`" in readme, mod
