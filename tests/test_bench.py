@@ -52,7 +52,6 @@ def test_report_writes_json_and_markdown(tmp_path):
 def test_ocr_bench_corpus_is_ten_percent_scans_with_text_twins(tmp_path):
     """Section 5's corpus: every 10th document an image-only PDF, the rest txt/md/html/text PDF;
     each scan keeps its text-PDF twin (same lines) for the baselines. No OCR is run here."""
-    import os
 
     from bench.ocr_bench import make_corpus, twin_corpus
     from transforms.ingest.parse.ocr import OcrSettings
