@@ -34,6 +34,7 @@ from transforms.index.publish import resolve_index
 from transforms.query.index_cache import CachedIndexAnswerShardFn
 from transforms.query.question_pieces import plan_pieces, read_piece, shards_for
 from transforms.query.records import AnswerRecord, Question
+from transforms.query.shard_writer import ShardWriter
 
 
 def shard_of(key: str, shards: int) -> int:
@@ -65,54 +66,35 @@ def order_and_dedupe(records: list) -> list:
 
 
 def write_part(path: str, records: list[dict], fmt: str) -> None:
-    if is_s3(path):
-        import tempfile
-        with tempfile.TemporaryDirectory(prefix="ragbeam-part-") as d:
-            local = os.path.join(d, os.path.basename(path))
-            write_part(local, records, fmt)
-            storage.upload_file(local, path)  # one PUT: the shard exists whole or not at all
-        return
-    tmp = path + ".tmp"
-    if fmt == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-        nested = ("citations", "conflicts", "retrieved", "retrieved_docs", "trace")  # JSON text columns: one schema for every shard
-        rows = [{k: (json.dumps(v) if k in nested else v) for k, v in r.items()} for r in records]
-        try:
-            table = pa.Table.from_pylist(rows)
-        except UnicodeEncodeError:  # a lone surrogate: Parquet strings are UTF-8, so it becomes U+FFFD
-            from transforms.query.validate import without_surrogates
-            table = pa.Table.from_pylist([{k: without_surrogates(v) if isinstance(v, str) else v
-                                           for k, v in r.items()} for r in rows])
-        pq.write_table(table, tmp, compression="zstd")
-    else:
-        with open(tmp, "wb") as f:
-            for r in records:
-                f.write(_jsonl_line(r))
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)  # the shard exists whole or not at all
+    """A whole shard at once (the answer stage streams through ShardWriter itself)."""
+    with ShardWriter(path, fmt, with_trace=any("trace" in r for r in records)) as w:
+        for r in records:
+            w.write(r)
 
 
-def _jsonl_line(r: dict) -> bytes:
-    line = json.dumps(r, ensure_ascii=False, default=str) + "\n"
-    try:
-        return line.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: JSON's own \udXXX escape keeps the file UTF-8
-        return (json.dumps(r, ensure_ascii=True, default=str) + "\n").encode("ascii")
+class AnswerShardToPartFn(beam.DoFn):
+    """(shard, records) -> the shard's part file, answered and written batch by batch: a worker
+    holds one batch of answers, not a shard's, and the part appears whole or not at all."""
 
+    def __init__(self, answer_fn, parts_dir: str, shards: int, fmt: str, trace: bool = False):
+        self.answer_fn, self.parts_dir, self.shards, self.fmt = answer_fn, parts_dir, shards, fmt
+        self.trace = trace
 
-class WriteShardFn(beam.DoFn):
-    def __init__(self, parts_dir: str, shards: int, fmt: str):
-        self.parts_dir, self.shards, self.fmt = parts_dir, shards, fmt
+    def setup(self):
+        self.answer_fn.setup()
+
+    def teardown(self):
+        self.answer_fn.teardown()
 
     def process(self, element):
         shard, records = element
-        records = [r.to_row() for r in sorted(records, key=lambda r: r.line)]
-        write_part(part_path(self.parts_dir, shard, self.shards, self.fmt), records, self.fmt)
+        path = part_path(self.parts_dir, shard, self.shards, self.fmt)
+        with ShardWriter(path, self.fmt, with_trace=self.trace) as w:
+            for rec in self.answer_fn.answer_in_order(records):
+                w.write(rec.to_row())
         self._written = getattr(self, "_written", 0) + 1
         kill_point(f"after_shard:{self._written}")  # tests: a real crash between two shard writes
-        yield len(records)
+        yield w.count
 
 
 def list_parts(parts_dir: str, shards: int, fmt: str) -> list[str]:
@@ -275,10 +257,10 @@ def _run_answer(cfg: Config, index: str, questions: str, output: str, *, progres
          | "SkipWrittenShards" >> beam.Filter(lambda kv: kv[0] not in done)
          | "GroupByShard" >> beam.GroupByKey()
          | "OrderAndDedupe" >> beam.MapTuple(lambda s, recs: (s, order_and_dedupe(list(recs))))
-         | "AnswerShard" >> beam.ParDo(CachedIndexAnswerShardFn(
-             version_dir, worker_config(cfg), spec, artifact_sha,
-             progress_every_s=5.0 if progress else 0.0, trace=trace))
-         | "WriteShard" >> beam.ParDo(WriteShardFn(parts_dir, shards, fmt)))
+         | "AnswerAndWriteShard" >> beam.ParDo(AnswerShardToPartFn(
+             CachedIndexAnswerShardFn(version_dir, worker_config(cfg), spec, artifact_sha,
+                                      progress_every_s=5.0 if progress else 0.0, trace=trace),
+             parts_dir, shards, fmt, trace=trace)))
     stats = counters(p.result)
     n, whole = join_parts(parts_dir, output, fmt, shards)  # every shard, also an earlier run's
     summary = {"questions_written": n, "answered": whole["answered"],

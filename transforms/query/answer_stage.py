@@ -17,7 +17,8 @@ from transforms.query.records import AnswerRecord, InputError, Question
 
 
 class AnswerShardFn(beam.DoFn):
-    """(shard, questions) -> the shard's output records, answered in batches.
+    """(shard, questions) -> the shard's output records, answered in batches (answer_in_order
+    streams them, for a stage that writes as it answers).
 
     The engine (DuckDB read-only, matrices, models) is built once per worker.
     """
@@ -44,35 +45,55 @@ class AnswerShardFn(beam.DoFn):
             self.engine.close()
 
     def process(self, element):
-        import time
         shard, records = element
-        out: list[AnswerRecord] = []
-        good = [r for r in records if isinstance(r, Question)]
+        yield shard, list(self.answer_in_order(records))
+
+    def answer_in_order(self, records):
+        """The shard's output records in input order (records come sorted by line), answered in
+        batches of output.batch_size and yielded batch by batch: a caller that writes them as
+        they come holds one batch, never the shard's answers."""
         bs = self.cfg.output.batch_size
-        for i in range(0, len(good), bs):
-            batch = good[i:i + bs]
-            try:
-                answered = self.engine.answer_batch(batch, self.cfg.output.retrieved_top_k, trace=self.trace)
-            except Exception:  # a failing batch: each question again alone, so one bad one fails alone
-                answered = [self._answer_alone(q) for q in batch]
-            for rec in answered:
+        batch: list[Question] = []
+        pending: list = []  # the batch's questions and the other records between them, in order
+        for r in records:
+            pending.append(r)
+            if isinstance(r, Question):
+                batch.append(r)
+            if len(batch) >= bs or len(pending) >= 4 * bs:
+                yield from self._flush(batch, pending)
+                batch, pending = [], []
+        yield from self._flush(batch, pending)
+
+    def _flush(self, batch: list[Question], pending: list):
+        import time
+        answered = iter(self._answer_batch(batch) if batch else [])
+        for r in pending:
+            if isinstance(r, Question):
+                rec = next(answered)
                 {"answered": self.answered, "not_found": self.not_found,
                  "unsupported": self.unsupported}.get(rec.status, self.errors).inc()
                 self.invalid.inc(rec.invalid_citations or 0)
-            out.extend(answered)
+            elif isinstance(r, InputError):  # unreadable input lines go to the output with their reason
+                self.errors.inc()
+                rec = AnswerRecord.from_input_error(r)
+            elif isinstance(r, AnswerRecord):  # already decided upstream (e.g. a repeated id)
+                self.errors.inc()
+                rec = r
+            else:
+                continue
+            yield rec
+        if batch:
             self._done += len(batch)
             now = time.monotonic()
             if self.progress_every_s and now - self._last >= self.progress_every_s:
                 self._last = now
                 print(f"  answered {self._done} questions ({self._done / (now - self._t0):.1f}/s)", flush=True)
-        for r in records:
-            if isinstance(r, InputError):  # unreadable input lines go to the output with their reason
-                self.errors.inc()
-                out.append(AnswerRecord.from_input_error(r))
-            elif isinstance(r, AnswerRecord):  # already decided upstream (e.g. a repeated id)
-                self.errors.inc()
-                out.append(r)
-        yield shard, out
+
+    def _answer_batch(self, batch: list[Question]) -> list[AnswerRecord]:
+        try:
+            return self.engine.answer_batch(batch, self.cfg.output.retrieved_top_k, trace=self.trace)
+        except Exception:  # a failing batch: each question again alone, so one bad one fails alone
+            return [self._answer_alone(q) for q in batch]
 
     def _answer_alone(self, q: Question) -> AnswerRecord:
         from transforms.common.redact import redact_text
