@@ -147,19 +147,14 @@ def join_parts(parts_dir: str, output: str, fmt: str, shards: int):
     return n, counts.counts
 
 
-def run_fingerprint(cfg: Config, version_dir: str, questions: str) -> dict:
-    """What must be equal for written shards to be reused by a resumed run."""
-    stat = storage.stat(questions)
+def run_fingerprint(cfg: Config, version_dir: str, qfile) -> dict:
+    """What must be equal for written shards to be reused by a resumed run (qfile: the
+    QuestionFile the check returned)."""
     settings = cfg.model_dump(mode="json", include={"retrieve", "rerank", "answer", "questions", "output",
                                                     "embed"})
     settings["answer"].pop("api_key", None)
-    out = {"questions": questions, "questions_size": stat["size"] if stat else None,
-           "questions_mtime": stat["mtime"] if stat else None,
-           "index_version": version_dir.rstrip("/").rsplit("/", 1)[-1],
-           "settings": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]}
-    if stat and stat["etag"]:
-        out["questions_etag"] = stat["etag"]
-    return out
+    return {**qfile.version(), "index_version": version_dir.rstrip("/").rsplit("/", 1)[-1],
+            "settings": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]}
 
 
 def prepare_parts_dir(parts_dir: str, fingerprint: dict) -> None:
@@ -205,13 +200,14 @@ def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress
     from transforms.query.output_stats import check_question_file
 
     refuse_output_over_inputs(output, questions, index)  # before the lock file is made beside it
-    check_question_file(questions, s3_settings(cfg))  # whole-file problems: before any pipeline
+    # whole-file problems before any pipeline; the one look at the file that the rest shares
+    qfile = check_question_file(questions, s3_settings(cfg))
     with exclusive_lock(output + ".lock", output):
-        return _run_answer(cfg, index, questions, output, progress=progress, beam_args=beam_args, log=log,
+        return _run_answer(cfg, index, qfile, output, progress=progress, beam_args=beam_args, log=log,
                            overwrite=overwrite, trace=trace)
 
 
-def _run_answer(cfg: Config, index: str, questions: str, output: str, *, progress: bool,
+def _run_answer(cfg: Config, index: str, qfile, output: str, *, progress: bool,
                 beam_args: Optional[list[str]], log, overwrite: bool, trace: bool) -> dict:
     from transforms.common.counters import read_counters as counters
     from transforms.common.s3 import settings_from_config as s3_settings
@@ -221,8 +217,7 @@ def _run_answer(cfg: Config, index: str, questions: str, output: str, *, progres
     from transforms.common.s3 import export_to_environment
     export_to_environment(s3_settings(cfg))  # workers resolve keys, the graph holds none
     version_dir = resolve_index(index)
-    if "://" not in questions and not os.path.isfile(questions):  # a clear error, not a Beam traceback
-        raise FileNotFoundError(f"questions not found: {questions}")
+    questions = qfile.uri
     spec = model_spec_from_config(cfg)
     from transforms.query.engine import check_model
     manifest = json.loads(storage.read_text(storage.join(version_dir, "manifest.json")))
@@ -233,10 +228,10 @@ def _run_answer(cfg: Config, index: str, questions: str, output: str, *, progres
         local_index_copy(version_dir, artifact_sha)  # a bad artifact: one line here, not a Beam traceback
     s3 = s3_settings(cfg)
     # byte ranges / row groups, read inside the pipeline
-    pieces, n_lines = plan_pieces(questions, s3, max_line_bytes=cfg.questions.max_line_bytes)
+    pieces, n_lines = plan_pieces(qfile, s3, max_line_bytes=cfg.questions.max_line_bytes)
     shards, fmt = shards_for(n_lines, cfg.output.questions_per_shard, cfg.output.shards), cfg.output.format
     parts_dir = output + ".parts"
-    fingerprint = run_fingerprint(cfg, version_dir, questions)
+    fingerprint = run_fingerprint(cfg, version_dir, qfile)
     refuse_foreign_output(output, parts_dir, fingerprint, overwrite)
     prepare_parts_dir(parts_dir, fingerprint)
     written = set(list_parts(parts_dir, shards, fmt))

@@ -15,40 +15,10 @@ class OutputExistsError(RuntimeError):
     """--output holds the finished output of a different job."""
 
 
-def check_question_file(uri: str, s3=None) -> None:
-    from transforms.common import storage
-    from transforms.query.questions import detect_format
-    try:
-        fmt = detect_format(uri)
-    except ValueError as e:
-        raise QuestionFileError(str(e)) from None
-    if "://" not in uri:
-        if not os.path.exists(uri):
-            raise QuestionFileError(f"{uri}: question file not found")
-        if os.path.isdir(uri):
-            raise QuestionFileError(f"{uri}: is a directory, not a question file")
-        if os.path.getsize(uri) == 0:
-            raise QuestionFileError(f"{uri}: question file is empty")
-    else:
-        try:
-            if not storage.exists(uri, s3):
-                raise QuestionFileError(f"{uri}: question file not found")
-        except QuestionFileError:
-            raise
-        except Exception as e:
-            raise QuestionFileError(f"{uri}: cannot read the question file ({type(e).__name__}: {e})") from None
-    if fmt in ("jsonl", "csv"):
-        problem = content_problem(_head(uri, s3), fmt)
-        if problem:
-            raise QuestionFileError(f"{uri}: {problem}")
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-        from transforms.query.questions import _open_binary
-        try:
-            with _open_binary(uri, s3) as f:
-                pq.ParquetFile(f).metadata
-        except Exception as e:
-            raise QuestionFileError(f"{uri}: not a readable Parquet file ({type(e).__name__}: {e})") from None
+def check_question_file(uri: str, s3=None):
+    """Whole-file problems of a question file, refused (QuestionFileError); its QuestionFile."""
+    from transforms.query.question_file import inspect_question_file
+    return inspect_question_file(uri, s3)
 
 
 # A text question file that starts like one of these is refused whole (not read): one
@@ -59,20 +29,6 @@ _MAGIC = ((b"\x1f\x8b", "gzip-compressed (it starts with the gzip bytes 1f 8b); 
           (b"\xfd7zXZ\x00", "xz-compressed; decompress it first"),
           (b"PK\x03\x04", "a zip archive; extract it first"),
           (b"PAR1", "a Parquet file; name it .parquet"))
-
-
-def _head(uri: str, s3=None, n: int = 65536) -> bytes:
-    if "://" not in uri:
-        with open(uri, "rb") as f:
-            return f.read(n)
-    from transforms.common import storage
-    from transforms.query.question_pieces import _read_range
-    st = storage.stat(uri, s3) if uri.startswith("s3://") else None
-    if st is not None:
-        return _read_range(uri, 0, min(n, st["size"]), s3)
-    from transforms.query.questions import _open_binary
-    with _open_binary(uri, s3) as f:
-        return f.read(n)
 
 
 def content_problem(head: bytes, fmt: str) -> Optional[str]:

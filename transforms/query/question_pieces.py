@@ -85,36 +85,39 @@ class _RangeFile(io.RawIOBase):
         return len(data)
 
 
-def _parquet_file(uri: str, s3=None):
+def parquet_file(uri: str, size: Optional[int] = None, s3=None):
+    """A ParquetFile read by ranges (its footer, then the row groups asked for)."""
     import pyarrow.parquet as pq
-    st = storage.stat(uri, s3)
-    if st is None:
-        raise FileNotFoundError(uri)
-    return pq.ParquetFile(io.BufferedReader(_RangeFile(uri, st["size"], s3), buffer_size=1 << 20))
+    if size is None:
+        st = storage.stat(uri, s3)
+        if st is None:
+            raise FileNotFoundError(uri)
+        size = st["size"]
+    return pq.ParquetFile(io.BufferedReader(_RangeFile(uri, size, s3), buffer_size=1 << 20))
 
 
-def plan_pieces(uri: str, s3=None, piece_bytes: int = PIECE_BYTES,
+def plan_pieces(qfile, s3=None, piece_bytes: int = PIECE_BYTES,
                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> tuple[list[dict], int]:
-    """(pieces, number of input lines/rows) of a question file; each piece carries the line cap."""
-    fmt = detect_format(uri)
-    base = {"uri": uri, "fmt": fmt, "max_line_bytes": max_line_bytes}
-    if "://" in uri and not is_s3(uri):  # other Beam filesystems: one piece, read as before
+    """(pieces, number of input lines/rows) of a question file (a QuestionFile, or a path that is
+    inspected first); each piece carries the line cap and the file's size."""
+    if isinstance(qfile, str):
+        from transforms.query.question_file import describe_question_file
+        qfile = describe_question_file(qfile, s3)
+    uri, fmt = qfile.uri, qfile.fmt
+    base = {"uri": uri, "fmt": fmt, "max_line_bytes": max_line_bytes, "size": qfile.size}
+    if qfile.size is None:  # other Beam filesystems: one piece, read as before
         return [{**base, "whole": True}], 0
     if fmt == "parquet":
-        pf = _parquet_file(uri, s3)
         pieces, line = [], 1
-        for g in range(pf.metadata.num_row_groups):
+        for g, rows in enumerate(qfile.row_groups):
             pieces.append({**base, "row_group": g, "first_line": line})
-            line += pf.metadata.row_group(g).num_rows
+            line += rows
         return pieces, line - 1
-    st = storage.stat(uri, s3)
-    if st is None:
-        raise FileNotFoundError(uri)
     if fmt == "csv":
         n = sum(1 for _ in read_questions(uri, fmt, s3=s3, max_line_bytes=max_line_bytes))
         return [{**base, "whole": True}], n
     pieces, line = [], 1
-    for start, end, lines in _plan_jsonl(uri, st["size"], piece_bytes, s3):
+    for start, end, lines in _plan_jsonl(uri, qfile.size, piece_bytes, s3):
         pieces.append({**base, "start": start, "end": end, "first_line": line})
         line += lines
     return pieces, line - 1
@@ -128,7 +131,7 @@ def read_piece(piece: dict, s3=None) -> Iterator[QuestionOrError]:
         return
     if fmt == "parquet":
         from transforms.query.questions_parquet import parquet_rows
-        pf = _parquet_file(uri, s3)
+        pf = parquet_file(uri, piece.get("size"), s3)
         yield from parquet_rows(pf.iter_batches(batch_size=10000, row_groups=[piece["row_group"]]),
                                 piece["first_line"], cap, _safe, _id_of)
         return

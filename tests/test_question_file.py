@@ -1,0 +1,77 @@
+"""The question file is looked at once: one format sniff and one stat per answer run, shared by
+the whole-file check, the piece planner and the resume fingerprint."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import transforms.common.storage as storage
+import transforms.query.questions as questions_mod
+from transforms.query.output_stats import QuestionFileError
+from transforms.query.question_file import QuestionFile, inspect_question_file
+from transforms.query.question_pieces import plan_pieces
+
+
+def _write(path, n=3):
+    path.write_text("".join(json.dumps({"id": f"q{i}", "question": f"what is {i}?"}) + "\n"
+                            for i in range(n)), encoding="utf-8")
+    return str(path)
+
+
+def test_one_record_carries_format_size_and_version(tmp_path):
+    qf = inspect_question_file(_write(tmp_path / "q.jsonl"))
+    assert isinstance(qf, QuestionFile) and qf.fmt == "jsonl"
+    assert qf.size == (tmp_path / "q.jsonl").stat().st_size
+    assert qf.version()["questions_size"] == qf.size and qf.version()["questions_mtime"] == qf.mtime
+    pieces, n = plan_pieces(qf)
+    assert n == 3 and all(p["size"] == qf.size for p in pieces)
+
+
+def test_parquet_row_groups_read_with_the_check(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    path = str(tmp_path / "q.parquet")
+    pq.write_table(pa.table({"id": ["a", "b", "c"], "question": ["x?", "y?", "z?"]}), path, row_group_size=2)
+    qf = inspect_question_file(path)
+    assert qf.row_groups == (2, 1)
+    pieces, n = plan_pieces(qf)
+    assert n == 3 and [p["first_line"] for p in pieces] == [1, 3]
+
+
+@pytest.mark.parametrize("make, problem", [
+    (lambda p: p.write_bytes(b""), "empty"),
+    (lambda p: p.mkdir(), "directory"),
+    (lambda p: None, "not found"),
+    (lambda p: p.write_bytes(b"\x1f\x8b\x08rest"), "gzip"),
+])
+def test_whole_file_problems_are_refused_once(tmp_path, make, problem):
+    path = tmp_path / "q.jsonl"
+    make(path)
+    with pytest.raises(QuestionFileError, match=problem):
+        inspect_question_file(str(path))
+
+
+def test_an_answer_run_sniffs_and_stats_the_question_file_once(mini_index, test_config, tmp_path, monkeypatch):
+    from pipelines.answer import run_answer
+    qpath = _write(tmp_path / "q.jsonl")
+    calls = {"stat": 0, "sniff": 0}
+    real_stat, real_detect = storage.stat, questions_mod.detect_format
+
+    def counting_stat(uri, *a, **kw):
+        if str(uri) == qpath:
+            calls["stat"] += 1
+        return real_stat(uri, *a, **kw)
+
+    def counting_detect(uri):
+        if str(uri) == qpath:
+            calls["sniff"] += 1
+        return real_detect(uri)
+
+    monkeypatch.setattr(storage, "stat", counting_stat)
+    monkeypatch.setattr("transforms.query.question_file.detect_format", counting_detect)
+    monkeypatch.setattr(questions_mod, "detect_format", counting_detect)
+    s = run_answer(test_config, str(mini_index[0]), qpath, str(tmp_path / "a.jsonl"), progress=False,
+                   log=lambda *_: None)
+    assert s["questions_written"] == 3
+    assert calls == {"stat": 1, "sniff": 1}

@@ -1,0 +1,116 @@
+"""The question file as one value: its format, size and version, read once.
+
+`inspect_question_file` refuses whole-file problems (missing, a directory, empty, compressed,
+a CSV header that cannot work, unreadable Parquet) and returns a `QuestionFile` that the
+answer job's check, its piece planner and its run fingerprint all share, so the file is
+sniffed once and stat'ed once (on S3: one HEAD, not four).
+"""
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+from transforms.common import storage
+from transforms.common.s3 import is_s3
+from transforms.query.output_stats import QuestionFileError, content_problem
+from transforms.query.questions import detect_format
+
+HEAD_BYTES = 65536  # what the content check reads of a text question file
+
+
+@dataclass(frozen=True)
+class QuestionFile:
+    uri: str
+    fmt: str  # jsonl | csv | parquet
+    size: Optional[int]  # None on a Beam filesystem other than local and S3
+    mtime: Optional[float]
+    etag: Optional[str]  # S3 only
+    row_groups: tuple[int, ...] = ()  # Parquet: the rows of each row group
+
+    def version(self) -> dict:
+        """What says the file is the same one (the answer job's resume fingerprint)."""
+        out = {"questions": self.uri, "questions_size": self.size, "questions_mtime": self.mtime}
+        if self.etag:
+            out["questions_etag"] = self.etag
+        return out
+
+
+def inspect_question_file(uri: str, s3=None) -> QuestionFile:
+    try:
+        fmt = detect_format(uri)
+    except ValueError as e:
+        raise QuestionFileError(str(e)) from None
+    st = _stat(uri, s3)
+    size = st["size"] if st else None
+    if fmt == "parquet":
+        return QuestionFile(uri, fmt, size, st and st["mtime"], st and st["etag"], _row_groups(uri, size, s3))
+    problem = content_problem(_head(uri, size, s3), fmt)
+    if problem:
+        raise QuestionFileError(f"{uri}: {problem}")
+    return QuestionFile(uri, fmt, size, st and st["mtime"], st and st["etag"])
+
+
+def describe_question_file(uri: str, s3=None) -> QuestionFile:
+    """The record without the whole-file checks (for a caller that plans a file it has checked,
+    or a test): a missing file is FileNotFoundError, an unknown name ValueError."""
+    fmt = detect_format(uri)
+    st = storage.stat(uri, s3) if "://" not in uri or is_s3(uri) else None
+    if st is None and ("://" not in uri or is_s3(uri)):
+        raise FileNotFoundError(uri)
+    size = st["size"] if st else None
+    groups = _row_groups(uri, size, s3) if fmt == "parquet" else ()
+    return QuestionFile(uri, fmt, size, st and st["mtime"], st and st["etag"], groups)
+
+
+def _stat(uri: str, s3) -> Optional[dict]:
+    if "://" not in uri:
+        if os.path.isdir(uri):
+            raise QuestionFileError(f"{uri}: is a directory, not a question file")
+        st = storage.stat(uri)
+        if st is None:
+            raise QuestionFileError(f"{uri}: question file not found")
+        if st["size"] == 0:
+            raise QuestionFileError(f"{uri}: question file is empty")
+        return st
+    try:
+        if is_s3(uri):
+            st = storage.stat(uri, s3)
+            if st is None:
+                raise QuestionFileError(f"{uri}: question file not found")
+            return st
+        if not storage.exists(uri, s3):  # another Beam filesystem: no size, read whole
+            raise QuestionFileError(f"{uri}: question file not found")
+        return None
+    except QuestionFileError:
+        raise
+    except Exception as e:
+        raise QuestionFileError(f"{uri}: cannot read the question file ({type(e).__name__}: {e})") from None
+
+
+def _head(uri: str, size: Optional[int], s3) -> bytes:
+    if "://" not in uri:
+        with open(uri, "rb") as f:
+            return f.read(HEAD_BYTES)
+    if size is not None:
+        from transforms.query.question_pieces import _read_range
+        return _read_range(uri, 0, min(HEAD_BYTES, size), s3)
+    from transforms.query.questions import _open_binary
+    with _open_binary(uri, s3) as f:
+        return f.read(HEAD_BYTES)
+
+
+def _row_groups(uri: str, size: Optional[int], s3) -> tuple[int, ...]:
+    import pyarrow.parquet as pq
+    from transforms.query.question_pieces import parquet_file
+    try:
+        if size is None:
+            from transforms.query.questions import _open_binary
+            with _open_binary(uri, s3) as f:
+                md = pq.ParquetFile(f).metadata
+        else:
+            md = parquet_file(uri, size, s3).metadata
+        return tuple(md.row_group(g).num_rows for g in range(md.num_row_groups))
+    except Exception as e:
+        raise QuestionFileError(f"{uri}: not a readable Parquet file ({type(e).__name__}: {e})") from None
