@@ -178,6 +178,13 @@ class AnswerConfig(_Strict):
     rank_weight: float = Field(0.0, ge=0, le=2)  # bonus rank_weight / chunk rank
     mmr_lambda: float = Field(1.0, ge=0, le=1)
     dup_sim: float = Field(0.95, ge=0, le=1)  # drop a sentence this similar to a picked one
+    # tables, code listings and navigation text answer only the questions that ask for what they
+    # hold (a table: what/which/how many ...; code: how do I ..., which function ...), and a
+    # "how do I" answer leads with its call or command
+    form_filter: bool = True
+    # drop a sentence when the shorter of it and a picked one has this share of its content words
+    # in the other (a restatement, which the vectors' dup_sim misses); 0: off
+    restate_overlap: float = Field(0.8, ge=0, le=1)
     base_url: Optional[str] = None  # openai-compatible endpoint
     model: Optional[str] = None
     api_key: Optional[str] = Field(None, repr=False)

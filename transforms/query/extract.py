@@ -89,6 +89,78 @@ def type_match(kind: str | None, sentence: str, question_words: set[str]) -> flo
     return 0.0
 
 
+# What a sentence is, besides prose: a table row, a code listing (an interpreter or shell
+# prompt, a code line, a bare signature, an option term, a synopsis) or navigation text. Such
+# text shares many of the question's words (a conversion table names every type) without
+# answering it, so it is a candidate only when the question asks for what it holds.
+_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$", re.M)
+_BRACKETED = re.compile(r"\[[^\[\]]*\]|\{[^{}]*\}")  # [-v | --verbose], {string|number}: not cells
+_PROMPT = re.compile(r"^\s*(>>>|\.\.\. |\$ |# |% )", re.M)
+_CODE_LINE = re.compile(r"^\s*(//|(import|from) [\w.]+( import [\w.*, ]+)?\s*$|(const|let|var) \w+ =|def \w+\()|[;{]\s*$",
+                        re.M)
+_SIGNATURE = re.compile(r"^\s*(class\s+)?[A-Za-z_][\w.]*\(.*\)\s*$")  # json.dumps(obj, *, ...) alone
+_OPTION_TERM = re.compile(r"^\s*-{1,2}[A-Za-z][\w-]*(,\s*-{1,2}[A-Za-z][\w-]*)*(\s*[=<\[]\S*)?\s*$", re.M)
+_SYNOPSIS = re.compile(r"\[-{1,2}\w|\[\w+\]\.\.\.")  # git add [--verbose | -v]; ldd [option]...
+_NAV = re.compile(r"^(source code|see also|table of contents|previous topic|next topic|navigation)\b:?(\s+\S+){0,2}$"
+                  r"|\.{5,}"  # a table of contents' leaders
+                  r"|^([\w.+-]+\(\d\w*\),?\s*)+$", re.I)  # a man page's SEE ALSO list: ls(1), sh(1), ...
+
+
+def sentence_kind(s: str) -> str:
+    """table | code | nav | prose."""
+    first = s.lstrip().split("\n", 1)[0]
+    if _NAV.search(s.strip()) and (len(s.split()) <= 12 or "(" in s):
+        return "nav"
+    if _PROMPT.search(s):  # before tables: a shell pipe is no table cell
+        return "code"
+    cells = s
+    while True:
+        c2 = _BRACKETED.sub("", cells)
+        if c2 == cells:
+            break
+        cells = c2
+    if _TABLE_ROW.search(s) or cells.count(" | ") >= 2:
+        return "table"
+    if (_CODE_LINE.search(s) or _SIGNATURE.match(first) or _OPTION_TERM.match(first)
+            or _SYNOPSIS.search(first)):
+        return "code"
+    return "prose"
+
+
+_HOW_TO = re.compile(r"(how (do|can|could|should|would|might) (i|we|you|one)|how to)\b")
+_WHICH_CALL = re.compile(r"(which|what) (\w+ ){0,2}(function|method|command|call|class|module|option|flag|"
+                         r"program|utility|tool|api|syntax)s?\b")
+_VALUE = re.compile(r"(what|which|who|whom|when|where|how (many|much|long|old|far|large|big|high))\b")
+
+
+def question_form(question: str) -> str:
+    """call (how do I ..., which function ...) | value (what, which, who, when, how many ...) | other."""
+    q = question.lower().strip()
+    if _HOW_TO.match(q) or _WHICH_CALL.match(q):
+        return "call"
+    if _VALUE.match(q):
+        return "value"
+    return "other"
+
+
+def kind_fits(kind: str, form: str) -> bool:
+    """Tables answer value questions, code answers call questions, navigation text answers none."""
+    return kind == "prose" or (kind == "table" and form == "value") or (kind == "code" and form == "call")
+
+
+def is_term(s: str) -> bool:
+    """A definition's term: a bare signature, option or synopsis line (API docs put the
+    description right after it: "fnmatch.fnmatch(filename, pattern)" / "Test whether ...")."""
+    first = s.lstrip().split("\n", 1)[0]
+    return bool(_SIGNATURE.match(first) or _OPTION_TERM.match(first) or _SYNOPSIS.search(first))
+
+
+def restates(a: set[str], b: set[str], overlap: float) -> bool:
+    """b says what a says: the shorter one's content words are (nearly) all in the other."""
+    n = min(len(a), len(b))
+    return n > 0 and len(a & b) / n >= overlap
+
+
 # Fitted by `python -m bench.answer_fit` (bench/results/answer_fit.json) on the SQuAD tune
 # questions (the dev half outside the eval sample): weights of (sentence evidence, best chunk
 # cosine, best BM25 coverage), then the bias.
@@ -108,6 +180,10 @@ class SentenceParams:
     dup_sim: float = 0.95  # a sentence this close to a picked one is a near-duplicate: dropped
     type_weight: float = 0.0  # bonus when the sentence holds the kind of span the question asks for
     same_source_bonus: float = 0.0  # after the first pick, favour sentences of already-cited chunks
+    # tables, code and navigation text are candidates only for the questions they answer (kind_fits)
+    form_filter: bool = False
+    # a sentence whose content words are this share of a picked one's (or the reverse) restates it: dropped
+    restate_overlap: float = 0.0  # 0: off
     # The evidence score (compared with `threshold`) is max(cosine + evidence_lexical_weight * lexical):
     # kept apart from the selection score so that selection can lean on words without making
     # unanswerable questions (whose distractors share the question's words) look answerable.
@@ -115,6 +191,9 @@ class SentenceParams:
     # (w_sentence, w_cosine, w_bm25_coverage, bias) of the logistic evidence
     # model (EVIDENCE_MODEL); None: the sentence evidence alone, compared with `threshold`
     evidence_model: Optional[tuple] = None
+
+
+_SET_ASIDE = -1e9  # the score of a sentence that may not answer this question
 
 
 class SentenceAnswerer:
@@ -226,10 +305,18 @@ class SentenceAnswerer:
         if p.rank_weight:
             ranks = np.array([int(cands[ci].rank or ci + 1) for ci, _ in flat], np.float64)
             score = score + p.rank_weight / ranks
+        if p.form_filter:
+            if self._evidence is None:  # the evidence is read before sentences are set aside
+                self._evidence = float(score.max())
+            form = question_form(question)
+            fits = np.array([kind_fits(sentence_kind(s), form) for _, s in flat])
+            if fits.any():  # never set every sentence aside
+                score = np.where(fits, score, _SET_ASIDE)
         return flat, score, mat
 
-    def select(self, flat, score: np.ndarray, mat: np.ndarray) -> list[int]:
-        """Indices of the picked sentences, strongest first (MMR, near-duplicates dropped)."""
+    def select(self, flat, score: np.ndarray, mat: np.ndarray, question: Optional[str] = None) -> list[int]:
+        """Indices of the picked sentences, strongest first (MMR, near-duplicates and restatements
+        dropped); with `question` and form_filter, a call question's answer leads with its call."""
         p = self.p
         best = float(score.max())
         if p.same_source_bonus:  # a second sentence from the cited chunk costs no extra citation
@@ -254,8 +341,24 @@ class SentenceAnswerer:
             key = normalize_for_match(flat[i][1])
             if key in seen:
                 continue
+            if p.restate_overlap and picked:
+                words = content_words(flat[i][1])
+                if any(restates(content_words(flat[k][1]), words, p.restate_overlap) for k in picked):
+                    continue
             seen.add(key)
             picked.append(i)
+        if question is not None and p.form_filter and picked and question_form(question) == "call":
+            # "how do I ...": the answer leads with the call or command; when the lead is the
+            # description of a definition, its term (the sentence before it) is that call
+            calls = [i for i in picked if sentence_kind(flat[i][1]) == "code"]
+            lead = picked[0]
+            if not calls and lead > 0 and flat[lead - 1][0] == flat[lead][0] and is_term(flat[lead - 1][1]):
+                calls = [lead - 1]
+                picked = picked[:p.max_sentences - 1]
+            elif calls:
+                picked.remove(calls[0])
+            if calls:
+                picked.insert(0, calls[0])
         return picked
 
     def evidence_features(self, sentence_evidence: float, cands: list[Candidate]) -> np.ndarray:
@@ -279,7 +382,7 @@ class SentenceAnswerer:
         evidence = self.evidence(evidence, cands)
         if evidence < self.p.threshold:
             return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found", evidence_score=evidence)
-        picked = self.select(flat, score, mat)
+        picked = self.select(flat, score, mat, question)
         check = cite_sentences([flat[i] for i in picked], cands)
         # rivals: the other sentences as strong as an answer sentence could have been
         conflicts = []
