@@ -58,6 +58,21 @@ def test_citations_point_at_sources_that_contain_their_quotes(engine):
     assert "4 seconds" in rec.answer
 
 
+def test_a_how_question_is_not_answered_with_a_table(engine):
+    # the demo's "How do I serialize ...": json's Python-to-JSON conversion table shares every
+    # word of the question; a table answers only questions that ask for a value (answer.form_filter)
+    q = [Question("q", KNOWN[1][0])]
+    p = engine.answerer.p
+    try:
+        p.form_filter = False
+        (before,) = engine.answer_batch(q, top_k=10)
+    finally:
+        p.form_filter = True
+    (rec,) = engine.answer_batch(q, top_k=10)
+    assert "| Python | JSON |" in before.answer  # what the rule is for, on this index
+    assert rec.status == "answered" and "|---|" not in rec.answer, rec.answer
+
+
 def test_acl_is_applied_inside_the_search(engine):
     staff_q = "Who can read incident post-mortems?"
     (public,) = engine.answer_batch([Question("a", staff_q)], top_k=50)
