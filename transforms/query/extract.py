@@ -26,6 +26,11 @@ different costs and selection:
   while a sentence scores within `gap` of the best (sentences of the best sentence's chunk
   get same_source_bonus): a clear winner stands alone, and the answer cites only the
   sources its sentences come from.
+- with form_filter, table rows, code and navigation text are candidates only for the questions
+  that ask for what they hold (kind_fits: a table for "what/which/how many", code for "how do
+  I/which function"), and a call question's answer leads with its call; with restate_overlap, a
+  sentence whose content words (of the shorter one) are mostly in a picked one is dropped (two
+  wordings of one fact from one page: cosine 0.90, under dup_sim).
 
 SentenceParams' defaults are neutral (today's selection); the tuned values live in the
 config (configs/schema.py AnswerConfig), measured with bench/answer_variants.py.
