@@ -418,3 +418,26 @@ def test_chunk_weight_uses_stored_embeddings(embedder):
     recomputed = rr.rerank([q], [RERANK_CHUNKS])[0]
     assert [c.chunk_id for c in with_stored] == [c.chunk_id for c in recomputed]
     assert with_stored[0].chunk_id == "c4"
+
+
+def test_sentence_kinds_question_forms_and_restatements():
+    from transforms.query.extract import content_words, kind_fits, question_form, restates, sentence_kind
+    assert sentence_kind("| Python | JSON |\n|---|---|\n| dict | object |") == "table"
+    assert sentence_kind("021 | 17 | 11 | DC1 (device control 1) | 121 | 81") == "table"
+    assert sentence_kind("fnmatch.fnmatch(filename, pattern)") == "code"
+    assert sentence_kind("--version\nPrint the version number of ldd.") == "code"
+    assert sentence_kind("$ echo '{}' | python -m json.tool") == "code"  # a pipe, not a table
+    assert sentence_kind("Source code: Lib/json/__init__.py") == "nav"
+    assert sentence_kind("ls(1), sh(1), stat(2), glob(7)") == "nav"
+    assert sentence_kind("from __future__ import annotations was previously scheduled to become mandatory.") == "prose"
+    assert sentence_kind("Schedules repeated execution of callback every delay milliseconds.") == "prose"
+    assert question_form("How do I serialize a Python object to a JSON formatted string?") == "call"
+    assert question_form("Which Python function tests whether a filename matches?") == "call"
+    assert question_form("What is the octal code of the ASCII character A?") == "value"
+    assert question_form("Why is /var specified separately?") == "other"
+    assert not kind_fits("table", "call") and kind_fits("table", "value") and kind_fits("code", "call")
+    assert not kind_fits("nav", "value") and kind_fits("prose", "other")
+    a = content_words("Test whether the filename string matches the pattern string, returning True or False.")
+    b = content_words("Test whether filename matches pattern, returning True or False; the comparison is "
+                      "case-sensitive and does not apply os.path.normcase().")
+    assert restates(a, b, 0.8) and not restates(a, content_words("Return a random URL-safe text string."), 0.8)

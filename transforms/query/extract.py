@@ -101,7 +101,7 @@ def type_match(kind: str | None, sentence: str, question_words: set[str]) -> flo
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$", re.M)
 _BRACKETED = re.compile(r"\[[^\[\]]*\]|\{[^{}]*\}")  # [-v | --verbose], {string|number}: not cells
 _PROMPT = re.compile(r"^\s*(>>>|\.\.\. |\$ |# |% )", re.M)
-_CODE_LINE = re.compile(r"^\s*(//|(import|from) [\w.]+( import [\w.*, ]+)?\s*$|(const|let|var) \w+ =|def \w+\()|[;{]\s*$",
+_CODE_LINE = re.compile(r"^\s*(//|(import|from) [\w.]+( import [\w*]+(, ?[\w*]+)*)?\s*$|(const|let|var) \w+ =|def \w+\()|[;{]\s*$",
                         re.M)
 _SIGNATURE = re.compile(r"^\s*(class\s+)?[A-Za-z_][\w.]*\(.*\)\s*$")  # json.dumps(obj, *, ...) alone
 _OPTION_TERM = re.compile(r"^\s*-{1,2}[A-Za-z][\w-]*(,\s*-{1,2}[A-Za-z][\w-]*)*(\s*[=<\[]\S*)?\s*$", re.M)
@@ -357,7 +357,8 @@ class SentenceAnswerer:
             # description of a definition, its term (the sentence before it) is that call
             calls = [i for i in picked if sentence_kind(flat[i][1]) == "code"]
             lead = picked[0]
-            if not calls and lead > 0 and flat[lead - 1][0] == flat[lead][0] and is_term(flat[lead - 1][1]):
+            if (not calls and p.max_sentences > 1 and lead > 0 and flat[lead - 1][0] == flat[lead][0]
+                    and is_term(flat[lead - 1][1])):
                 calls = [lead - 1]
                 picked = picked[:p.max_sentences - 1]
             elif calls:
