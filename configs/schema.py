@@ -185,6 +185,12 @@ class AnswerConfig(_Strict):
     # drop a sentence when the shorter of it and a picked one has this share of its content words
     # in the other (a restatement, which the vectors' dup_sim misses); 0: off
     restate_overlap: float = Field(0.8, ge=0, le=1)
+    # a call question's (how do I ..., which function ...) lexical share counts the parts of
+    # compound identifiers (NamedTemporaryFile) and abbreviations and inflections (str: string)
+    call_lexical: bool = True
+    # a call question also reads the definitions (term line, then description) of the chunks
+    # after top_chunks, up to this many (of the reranker's head, rerank.top_n); 0: off
+    call_chunks: int = Field(20, ge=0, le=1000)
     base_url: Optional[str] = None  # openai-compatible endpoint
     model: Optional[str] = None
     api_key: Optional[str] = Field(None, repr=False)

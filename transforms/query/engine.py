@@ -94,6 +94,7 @@ class QAEngine:
                 lexical_weight=a.lexical_weight, rank_weight=a.rank_weight, mmr_lambda=a.mmr_lambda,
                 dup_sim=a.dup_sim, type_weight=a.type_weight, same_source_bonus=a.same_source_bonus,
                 form_filter=a.form_filter, restate_overlap=a.restate_overlap,
+                call_lexical=a.call_lexical, call_chunks=a.call_chunks,
                 evidence_lexical_weight=a.evidence_lexical_weight,
                 evidence_model=EVIDENCE_MODEL if a.evidence == "model" else None))
             if a.lexical_idf:

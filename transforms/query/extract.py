@@ -160,6 +160,30 @@ def is_term(s: str) -> bool:
     return bool(_SIGNATURE.match(first) or _OPTION_TERM.match(first) or _SYNOPSIS.search(first))
 
 
+_IDENT_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+
+
+def call_words(text: str) -> set[str]:
+    """content_words plus the parts of compound identifiers: code names a thing by joining its
+    words (NamedTemporaryFile, token_urlsafe, setInterval), which a question spells apart."""
+    words = content_words(text)
+    for ident in re.findall(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*|[A-Z][a-z]+[A-Z][A-Za-z0-9]*",
+                            text):
+        words |= content_words(" ".join(_IDENT_PART.findall(ident)))
+    return words
+
+
+def loose_overlap(qwords: set[str], words: set[str]) -> set[str]:
+    """The question's words a sentence holds, a word also matching when one is the start of the
+    other (3 letters at least): API docs abbreviate (str, obj, dict) and inflect (locales,
+    repeated) the words a call question uses (string, object, locale, repeatedly)."""
+    out = qwords & words
+    for t in qwords - out:
+        if any(len(w) >= 3 and len(t) >= 3 and (t.startswith(w) or w.startswith(t)) for w in words):
+            out.add(t)
+    return out
+
+
 def restates(a: set[str], b: set[str], overlap: float) -> bool:
     """b says what a says: the shorter one's content words are (nearly) all in the other."""
     n = min(len(a), len(b))
@@ -189,6 +213,13 @@ class SentenceParams:
     form_filter: bool = False
     # a sentence whose content words are this share of a picked one's (or the reverse) restates it: dropped
     restate_overlap: float = 0.0  # 0: off
+    # call questions (question_form "call"): the lexical share counts identifier parts and a
+    # word's abbreviations and inflections (call_words, loose_overlap); selection only
+    call_lexical: bool = False
+    # call questions also read the definitions (a term line, then its description) of the
+    # candidates after top_chunks, up to this many chunks; 0: off. Selection only: the evidence
+    # is read from the top_chunks
+    call_chunks: int = 0
     # The evidence score (compared with `threshold`) is max(cosine + evidence_lexical_weight * lexical):
     # kept apart from the selection score so that selection can lean on words without making
     # unanswerable questions (whose distractors share the question's words) look answerable.
@@ -223,8 +254,10 @@ class SentenceAnswerer:
             raise ValueError(f"{len(questions)} questions but {len(candidates)} candidate lists")
         p = self.p
         tops = [list(c[:p.top_chunks]) for c in candidates]
+        more = [list(c[p.top_chunks:p.call_chunks]) if p.call_chunks and question_form(q) == "call" else []
+                for q, c in zip(questions, candidates)]
         need = [] if qvecs is not None else list(questions)
-        for cands in tops:  # sentences of chunks the index has no vectors for
+        for cands in [t + m for t, m in zip(tops, more)]:  # sentences of chunks the index has no vectors for
             for c in cands:
                 if not self._stored(c):
                     need.extend(candidate_sentences(c))
@@ -236,9 +269,9 @@ class SentenceAnswerer:
         if qvecs is None:
             qvecs = cache.matrix(list(questions))
         out = []
-        for q, qv, cands in zip(questions, qvecs, tops):
+        for q, qv, cands, extra in zip(questions, qvecs, tops, more):
             try:
-                out.append(self._answer_one(q, np.asarray(qv, np.float32), cands, cache))
+                out.append(self._answer_one(q, np.asarray(qv, np.float32), cands, cache, extra))
             except Exception as e:  # one bad record must not sink the batch
                 out.append(AnswerResult("", "error", error=f"{type(e).__name__}: {e}"))
         return out
@@ -299,6 +332,11 @@ class SentenceAnswerer:
                 lex = np.array([sum(w[t] for t in ws) for ws in words], np.float64) / total
             if p.evidence_lexical_weight is not None:
                 self._evidence = float((cos + p.evidence_lexical_weight * lex).max())
+            if p.call_lexical and question_form(question) == "call":  # after the evidence: selection only
+                words = [loose_overlap(qwords, call_words(s)) for _, s in flat]
+                w = {t: 1.0 for t in qwords} if self.idf is None else {t: self.idf.get(t, self.idf_max) for t in qwords}
+                total = sum(w.values())
+                lex = np.array([sum(w[t] for t in ws) for ws in words], np.float64) / total
             score = score + p.lexical_weight * lex
         elif p.evidence_lexical_weight is not None and len(cos):
             self._evidence = float(cos.max())
@@ -380,7 +418,8 @@ class SentenceAnswerer:
         z = float(self.evidence_features(sentence_evidence, cands) @ np.asarray(m[:3]) + m[3])
         return 1.0 / (1.0 + np.exp(-z))
 
-    def _answer_one(self, question: str, qv: np.ndarray, cands: list[Candidate], cache) -> AnswerResult:
+    def _answer_one(self, question: str, qv: np.ndarray, cands: list[Candidate], cache,
+                    extra: Optional[list[Candidate]] = None) -> AnswerResult:
         flat, score, mat = self.score(question, qv, cands, cache)
         if not flat:
             return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found")
@@ -388,6 +427,18 @@ class SentenceAnswerer:
         evidence = self.evidence(evidence, cands)
         if evidence < self.p.threshold:
             return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found", evidence_score=evidence)
+        if extra:
+            # A call question's answer is often a definition further down the list: API docs
+            # give each call a short section (term line, then its description) that shares few
+            # words with the question beside the module's prose. Of the further chunks, only
+            # such descriptions are candidates.
+            n = len(cands)
+            cands = cands + list(extra)
+            flat, score, mat = self.score(question, qv, cands, cache)
+            definition = np.array([ci < n or (i > 0 and flat[i - 1][0] == ci and is_term(flat[i - 1][1])
+                                              and not is_term(s))
+                                   for i, (ci, s) in enumerate(flat)])
+            score = np.where(definition, score, _SET_ASIDE)
         picked = self.select(flat, score, mat, question)
         check = cite_sentences([flat[i] for i in picked], cands)
         # rivals: the other sentences as strong as an answer sentence could have been
