@@ -441,3 +441,30 @@ def test_sentence_kinds_question_forms_and_restatements():
     b = content_words("Test whether filename matches pattern, returning True or False; the comparison is "
                       "case-sensitive and does not apply os.path.normcase().")
     assert restates(a, b, 0.8) and not restates(a, content_words("Return a random URL-safe text string."), 0.8)
+
+
+def test_call_questions_match_identifier_parts_and_read_further_definitions(embedder):
+    from transforms.query.extract import SentenceAnswerer, SentenceParams, call_words, content_words, loose_overlap
+    assert {"named", "temporary", "file"} <= call_words(">>> f = NamedTemporaryFile(delete=False)")
+    assert {"set", "interval", "token", "urlsafe"} <= call_words("setInterval() and secrets.token_urlsafe()")
+    q = content_words("How do I serialize a Python object to a JSON formatted string?")
+    assert loose_overlap(q, content_words("Serialize obj to a JSON formatted str.")) == \
+        {"serialize", "object", "json", "formatted", "string"}  # obj, str: abbreviations
+    assert loose_overlap(content_words("reconfigure the locale"), content_words("dpkg-reconfigure locales")) == \
+        {"reconfigure", "locale"}
+    assert loose_overlap({"string"}, {"stream", "st"}) == set()  # neither starts the other; 3 letters at least
+    top = [cand(1, "When serializing to JSON, beware any such limitations in applications that may consume "
+                   "your JSON.", "json › Implementation Limitations", "json", 1)]
+    further = [cand(2, "json.dumps(obj, *, skipkeys=False)\n\nSerialize obj to a JSON formatted str using this "
+                       "conversion table.", "json › Basic Usage", "json", 2),
+               cand(3, "Serializing a Python object to a JSON formatted string is common in web services.",
+                    "blog", "blog", 3)]  # no definition: not read from a further chunk
+    question = "How do I serialize a Python object to a JSON formatted string?"
+    params = dict(max_sentences=2, top_chunks=1, threshold=0.0, form_filter=True, lexical_weight=0.7,
+                  call_lexical=True)
+    near, = SentenceAnswerer(embedder, None, SentenceParams(**params)).answer([question], [top + further])
+    far, = SentenceAnswerer(embedder, None, SentenceParams(call_chunks=3, **params)).answer([question], [top + further])
+    assert near.answer.startswith("When serializing to JSON"), near.answer
+    assert far.answer.startswith("json.dumps(obj, *, skipkeys=False) [1] Serialize obj to a JSON formatted str"), far.answer
+    assert "web services" not in far.answer and far.evidence_score == near.evidence_score
+    assert far.citations[0]["chunk_id"] == "c2"
