@@ -214,6 +214,15 @@ class AnswerConfig(_Strict):
     rank_weight: float = Field(0.0, ge=0, le=2, description="bonus rank_weight / the chunk's rank")
     mmr_lambda: float = Field(1.0, ge=0, le=1, description="MMR trade-off between score and novelty; 1: score only")
     dup_sim: float = Field(0.95, ge=0, le=1, description="drop a sentence this similar to one already picked")
+    form_filter: bool = Field(True, description="table rows, code listings and navigation text answer only the "
+                              "questions that ask for what they hold (a table: what/which/how many; code: how do "
+                              "I, which function); a \"how do I\" answer leads with its call or command")
+    restate_overlap: float = Field(0.8, ge=0, le=1, description="drop a sentence when the shorter of it and a picked "
+                                   "one has this share of its content words in the other (a restatement); 0: off")
+    call_lexical: bool = Field(True, description="a call question's word share counts the parts of compound "
+                               "identifiers (NamedTemporaryFile) and abbreviations and inflections (str: string)")
+    call_chunks: int = Field(20, ge=0, le=1000, description="a call question also reads the definitions (term "
+                             "line, then description) of the chunks after top_chunks, up to this many; 0: off")
     base_url: Optional[str] = Field(None, description="openai: the endpoint (http or https)")
     model: Optional[str] = Field(None, description="openai, bedrock: the model name")
     api_key: Optional[str] = Field(None, repr=False, description="openai: the API key")

@@ -58,6 +58,25 @@ def test_citations_point_at_sources_that_contain_their_quotes(engine):
     assert "4 seconds" in rec.answer
 
 
+def test_a_how_question_is_not_answered_with_a_table(engine):
+    # the demo's "How do I serialize ...": json's Python-to-JSON conversion table shares every
+    # word of the question; a table answers only questions that ask for a value (answer.form_filter)
+    q = [Question("q", KNOWN[1][0])]
+    p = engine.answerer.p
+    rules = (p.form_filter, p.call_lexical, p.call_chunks)
+    try:  # the selection before issue #23's rules
+        p.form_filter, p.call_lexical, p.call_chunks = False, False, 0
+        (before,) = engine.answer_batch(q, top_k=10)
+    finally:
+        p.form_filter, p.call_lexical, p.call_chunks = rules
+    (rec,) = engine.answer_batch(q, top_k=10)
+    assert "| Python | JSON |" in before.answer  # what the rule is for, on this index
+    assert rec.status == "answered" and "|---|" not in rec.answer, rec.answer
+    # a call question reads the definitions after the top chunks (answer.call_chunks) and counts
+    # abbreviations (str: string, obj: object; answer.call_lexical): json.dumps' term leads
+    assert rec.answer.startswith("json.dumps("), rec.answer
+
+
 def test_acl_is_applied_inside_the_search(engine):
     staff_q = "Who can read incident post-mortems?"
     (public,) = engine.answer_batch([Question("a", staff_q)], top_k=50)
@@ -209,8 +228,10 @@ def test_trace_shows_every_stage_and_the_context(mini_index, test_config, tmp_pa
         # the context is what the answerer saw, and every citation points into it
         ctx = {c["chunk_id"] for c in t["context"]}
         assert {c["chunk_id"] for c in r["citations"]} <= ctx
-        # with the fixed-scale scores the evidence model weighed (why an answer was refused)
-        assert all(-1 <= c["dense_cosine"] <= 1 and 0 <= c["bm25_coverage"] <= 1 + 1e-6 for c in t["context"])
+        # with the fixed-scale scores the evidence model weighed (why an answer was refused): the
+        # top_chunks' (a call question also reads further definitions, answer.call_chunks)
+        assert all(-1 <= c["dense_cosine"] <= 1 and 0 <= c["bm25_coverage"] <= 1 + 1e-6
+                   for c in t["context"][:test_config.answer.top_chunks])
         assert set(t["ms_per_question"]) == {"embed", "retrieve", "rerank", "answer"}
         assert [x["chunk_id"] for x in r["retrieved"]][:len(t["reranked"])] == [c for c, _ in t["reranked"]][:10]
     plain = tmp_path / "plain.jsonl"

@@ -418,3 +418,53 @@ def test_chunk_weight_uses_stored_embeddings(embedder):
     recomputed = rr.rerank([q], [RERANK_CHUNKS])[0]
     assert [c.chunk_id for c in with_stored] == [c.chunk_id for c in recomputed]
     assert with_stored[0].chunk_id == "c4"
+
+
+def test_sentence_kinds_question_forms_and_restatements():
+    from transforms.query.extract import content_words, kind_fits, question_form, restates, sentence_kind
+    assert sentence_kind("| Python | JSON |\n|---|---|\n| dict | object |") == "table"
+    assert sentence_kind("021 | 17 | 11 | DC1 (device control 1) | 121 | 81") == "table"
+    assert sentence_kind("fnmatch.fnmatch(filename, pattern)") == "code"
+    assert sentence_kind("--version\nPrint the version number of ldd.") == "code"
+    assert sentence_kind("$ echo '{}' | python -m json.tool") == "code"  # a pipe, not a table
+    assert sentence_kind("Source code: Lib/json/__init__.py") == "nav"
+    assert sentence_kind("ls(1), sh(1), stat(2), glob(7)") == "nav"
+    assert sentence_kind("from __future__ import annotations was previously scheduled to become mandatory.") == "prose"
+    assert sentence_kind("Schedules repeated execution of callback every delay milliseconds.") == "prose"
+    assert question_form("How do I serialize a Python object to a JSON formatted string?") == "call"
+    assert question_form("Which Python function tests whether a filename matches?") == "call"
+    assert question_form("What is the octal code of the ASCII character A?") == "value"
+    assert question_form("Why is /var specified separately?") == "other"
+    assert not kind_fits("table", "call") and kind_fits("table", "value") and kind_fits("code", "call")
+    assert not kind_fits("nav", "value") and kind_fits("prose", "other")
+    a = content_words("Test whether the filename string matches the pattern string, returning True or False.")
+    b = content_words("Test whether filename matches pattern, returning True or False; the comparison is "
+                      "case-sensitive and does not apply os.path.normcase().")
+    assert restates(a, b, 0.8) and not restates(a, content_words("Return a random URL-safe text string."), 0.8)
+
+
+def test_call_questions_match_identifier_parts_and_read_further_definitions(embedder):
+    from transforms.query.extract import SentenceAnswerer, SentenceParams, call_words, content_words, loose_overlap
+    assert {"named", "temporary", "file"} <= call_words(">>> f = NamedTemporaryFile(delete=False)")
+    assert {"set", "interval", "token", "urlsafe"} <= call_words("setInterval() and secrets.token_urlsafe()")
+    q = content_words("How do I serialize a Python object to a JSON formatted string?")
+    assert loose_overlap(q, content_words("Serialize obj to a JSON formatted str.")) == \
+        {"serialize", "object", "json", "formatted", "string"}  # obj, str: abbreviations
+    assert loose_overlap(content_words("reconfigure the locale"), content_words("dpkg-reconfigure locales")) == \
+        {"reconfigure", "locale"}
+    assert loose_overlap({"string"}, {"stream", "st"}) == set()  # neither starts the other; 3 letters at least
+    top = [cand(1, "When serializing to JSON, beware any such limitations in applications that may consume "
+                   "your JSON.", "json › Implementation Limitations", "json", 1)]
+    further = [cand(2, "json.dumps(obj, *, skipkeys=False)\n\nSerialize obj to a JSON formatted str using this "
+                       "conversion table.", "json › Basic Usage", "json", 2),
+               cand(3, "Serializing a Python object to a JSON formatted string is common in web services.",
+                    "blog", "blog", 3)]  # no definition: not read from a further chunk
+    question = "How do I serialize a Python object to a JSON formatted string?"
+    params = dict(max_sentences=2, top_chunks=1, threshold=0.0, form_filter=True, lexical_weight=0.7,
+                  call_lexical=True)
+    near, = SentenceAnswerer(embedder, None, SentenceParams(**params)).answer([question], [top + further])
+    far, = SentenceAnswerer(embedder, None, SentenceParams(call_chunks=3, **params)).answer([question], [top + further])
+    assert near.answer.startswith("When serializing to JSON"), near.answer
+    assert far.answer.startswith("json.dumps(obj, *, skipkeys=False) [1] Serialize obj to a JSON formatted str"), far.answer
+    assert "web services" not in far.answer and far.evidence_score == near.evidence_score
+    assert far.citations[0]["chunk_id"] == "c2"

@@ -18,7 +18,7 @@ from transforms.index.artifacts import open_artifact, read_meta
 from transforms.ingest.embed import Embedder, ModelSpec
 from transforms.ingest.sentvec import SentenceStore
 from transforms.query.chunkstore import ChunkTable
-from transforms.query.extract import SentenceAnswerer
+from transforms.query.extract import SentenceAnswerer, question_form
 from transforms.query.fuse import bm25_scores_for, convex_fuse, rrf_fuse
 from transforms.query.records import AnswerRecord, Candidate, Question
 from transforms.records import record_id_of
@@ -93,6 +93,8 @@ class QAEngine:
                 conflict_gap=a.conflict_gap,
                 lexical_weight=a.lexical_weight, rank_weight=a.rank_weight, mmr_lambda=a.mmr_lambda,
                 dup_sim=a.dup_sim, type_weight=a.type_weight, same_source_bonus=a.same_source_bonus,
+                form_filter=a.form_filter, restate_overlap=a.restate_overlap,
+                call_lexical=a.call_lexical, call_chunks=a.call_chunks,
                 evidence_lexical_weight=a.evidence_lexical_weight,
                 evidence_model=EVIDENCE_MODEL if a.evidence == "model" else None))
             if a.lexical_idf:
@@ -245,7 +247,7 @@ class QAEngine:
                 retrieved_docs=self.ranked_docs(head, r.fused),
                 index_version=self.version, line=q.line)
             if trace:
-                rec.trace = self._trace(r, head, ms)
+                rec.trace = self._trace(r, head, ms, q.question)
             out.append(rec)
         return out
 
@@ -259,12 +261,14 @@ class QAEngine:
     def answer_batch(self, questions: list[Question], top_k: int, trace: bool = False) -> list[AnswerRecord]:
         return self.run(questions, top_k, trace=trace)
 
-    def _trace(self, r: Rankings, head: list[Candidate], ms: dict) -> dict:
+    def _trace(self, r: Rankings, head: list[Candidate], ms: dict, question: str = "") -> dict:
         ids = self.chunk_ids
 
         def ranked(pairs, n=20):
             return [[ids[c], round(s, 6)] for c, s in pairs[:n]]
         n_ctx = self.cfg.answer.top_chunks
+        if isinstance(self.answerer, SentenceAnswerer) and self.answerer.p.call_chunks and question_form(question) == "call":
+            n_ctx = max(n_ctx, self.answerer.p.call_chunks)  # a call question also reads further definitions
         return {"dense": ranked(r.dense), "bm25": ranked(r.bm25), "fused": ranked(r.fused),
                 "reranked": [[c.chunk_id, round(float(c.final_score), 6)] for c in head],
                 "context": [{"chunk_id": c.chunk_id, "doc_id": c.doc_id, "context": c.context,

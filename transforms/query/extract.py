@@ -19,16 +19,21 @@ different costs and selection:
   `evidence_model` set (the default in the config) the evidence is instead the probability
   that the question is answerable from these chunks: a logistic model over the sentence
   evidence, the best chunk cosine and the best BM25 coverage (BM25 over its query's best
-  possible score), fitted by bench/answer_fit.py on the SQuAD tune questions (answerable vs
+  possible score), fitted by bench/studies/answer_fit.py on the SQuAD tune questions (answerable vs
   article hidden);
 - then sentences are picked greedily by MMR (relevance minus redundancy with what is
   already picked), near-duplicates (cosine >= dup_sim to a picked one) dropped, and only
   while a sentence scores within `gap` of the best (sentences of the best sentence's chunk
   get same_source_bonus): a clear winner stands alone, and the answer cites only the
   sources its sentences come from.
+- with form_filter, table rows, code and navigation text are candidates only for the questions
+  that ask for what they hold (kind_fits: a table for "what/which/how many", code for "how do
+  I/which function"), and a call question's answer leads with its call; with restate_overlap, a
+  sentence whose content words (of the shorter one) are mostly in a picked one is dropped (two
+  wordings of one fact from one page: cosine 0.90, under dup_sim).
 
 SentenceParams' defaults are neutral (today's selection); the tuned values live in the
-config (configs/schema.py AnswerConfig), measured with bench/answer_variants.py.
+config (configs/schema.py AnswerConfig), measured with bench/studies/answer_variants.py.
 """
 from __future__ import annotations
 
@@ -89,6 +94,102 @@ def type_match(kind: str | None, sentence: str, question_words: set[str]) -> flo
     return 0.0
 
 
+# What a sentence is, besides prose: a table row, a code listing (an interpreter or shell
+# prompt, a code line, a bare signature, an option term, a synopsis) or navigation text. Such
+# text shares many of the question's words (a conversion table names every type) without
+# answering it, so it is a candidate only when the question asks for what it holds.
+_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$", re.M)
+_BRACKETED = re.compile(r"\[[^\[\]]*\]|\{[^{}]*\}")  # [-v | --verbose], {string|number}: not cells
+_PROMPT = re.compile(r"^\s*(>>>|\.\.\. |\$ |# |% )", re.M)
+_CODE_LINE = re.compile(r"^\s*(//|(import|from) [\w.]+( import [\w*]+(, ?[\w*]+)*)?\s*$|(const|let|var) \w+ =|def \w+\()|[;{]\s*$",
+                        re.M)
+_SIGNATURE = re.compile(r"^\s*(class\s+)?[A-Za-z_][\w.]*\(.*\)\s*$")  # json.dumps(obj, *, ...) alone
+_OPTION_TERM = re.compile(r"^\s*-{1,2}[A-Za-z][\w-]*(,\s*-{1,2}[A-Za-z][\w-]*)*(\s*[=<\[]\S*)?\s*$", re.M)
+_SYNOPSIS = re.compile(r"\[-{1,2}\w|\[\w+\]\.\.\.")  # git add [--verbose | -v]; ldd [option]...
+_NAV = re.compile(r"^(source code|see also|table of contents|previous topic|next topic|navigation)\b:?(\s+\S+){0,2}$"
+                  r"|\.{5,}"  # a table of contents' leaders
+                  r"|^([\w.+-]+\(\d\w*\),?\s*)+$", re.I)  # a man page's SEE ALSO list: ls(1), sh(1), ...
+
+
+def sentence_kind(s: str) -> str:
+    """table | code | nav | prose."""
+    first = s.lstrip().split("\n", 1)[0]
+    if _NAV.search(s.strip()) and (len(s.split()) <= 12 or "(" in s):
+        return "nav"
+    if _PROMPT.search(s):  # before tables: a shell pipe is no table cell
+        return "code"
+    cells = s
+    while True:
+        c2 = _BRACKETED.sub("", cells)
+        if c2 == cells:
+            break
+        cells = c2
+    if _TABLE_ROW.search(s) or cells.count(" | ") >= 2:
+        return "table"
+    if (_CODE_LINE.search(s) or _SIGNATURE.match(first) or _OPTION_TERM.match(first)
+            or _SYNOPSIS.search(first)):
+        return "code"
+    return "prose"
+
+
+_HOW_TO = re.compile(r"(how (do|can|could|should|would|might) (i|we|you|one)|how to)\b")
+_WHICH_CALL = re.compile(r"(which|what) (\w+ ){0,2}(function|method|command|call|class|module|option|flag|"
+                         r"program|utility|tool|api|syntax)s?\b")
+_VALUE = re.compile(r"(what|which|who|whom|when|where|how (many|much|long|old|far|large|big|high))\b")
+
+
+def question_form(question: str) -> str:
+    """call (how do I ..., which function ...) | value (what, which, who, when, how many ...) | other."""
+    q = question.lower().strip()
+    if _HOW_TO.match(q) or _WHICH_CALL.match(q):
+        return "call"
+    if _VALUE.match(q):
+        return "value"
+    return "other"
+
+
+def kind_fits(kind: str, form: str) -> bool:
+    """Tables answer value questions, code answers call questions, navigation text answers none."""
+    return kind == "prose" or (kind == "table" and form == "value") or (kind == "code" and form == "call")
+
+
+def is_term(s: str) -> bool:
+    """A definition's term: a bare signature, option or synopsis line (API docs put the
+    description right after it: "fnmatch.fnmatch(filename, pattern)" / "Test whether ...")."""
+    first = s.lstrip().split("\n", 1)[0]
+    return bool(_SIGNATURE.match(first) or _OPTION_TERM.match(first) or _SYNOPSIS.search(first))
+
+
+_IDENT_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+
+
+def call_words(text: str) -> set[str]:
+    """content_words plus the parts of compound identifiers: code names a thing by joining its
+    words (NamedTemporaryFile, token_urlsafe, setInterval), which a question spells apart."""
+    words = content_words(text)
+    for ident in re.findall(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*|[A-Z][a-z]+[A-Z][A-Za-z0-9]*",
+                            text):
+        words |= content_words(" ".join(_IDENT_PART.findall(ident)))
+    return words
+
+
+def loose_overlap(qwords: set[str], words: set[str]) -> set[str]:
+    """The question's words a sentence holds, a word also matching when one is the start of the
+    other (3 letters at least): API docs abbreviate (str, obj, dict) and inflect (locales,
+    repeated) the words a call question uses (string, object, locale, repeatedly)."""
+    out = qwords & words
+    for t in qwords - out:
+        if any(len(w) >= 3 and len(t) >= 3 and (t.startswith(w) or w.startswith(t)) for w in words):
+            out.add(t)
+    return out
+
+
+def restates(a: set[str], b: set[str], overlap: float) -> bool:
+    """b says what a says: the shorter one's content words are (nearly) all in the other."""
+    n = min(len(a), len(b))
+    return n > 0 and len(a & b) / n >= overlap
+
+
 # Fitted by `python -m bench.answer_fit` (bench/results/answer_fit.json) on the SQuAD tune
 # questions (the dev half outside the eval sample): weights of (sentence evidence, best chunk
 # cosine, best BM25 coverage), then the bias.
@@ -108,6 +209,17 @@ class SentenceParams:
     dup_sim: float = 0.95  # a sentence this close to a picked one is a near-duplicate: dropped
     type_weight: float = 0.0  # bonus when the sentence holds the kind of span the question asks for
     same_source_bonus: float = 0.0  # after the first pick, favour sentences of already-cited chunks
+    # tables, code and navigation text are candidates only for the questions they answer (kind_fits)
+    form_filter: bool = False
+    # a sentence whose content words are this share of a picked one's (or the reverse) restates it: dropped
+    restate_overlap: float = 0.0  # 0: off
+    # call questions (question_form "call"): the lexical share counts identifier parts and a
+    # word's abbreviations and inflections (call_words, loose_overlap); selection only
+    call_lexical: bool = False
+    # call questions also read the definitions (a term line, then its description) of the
+    # candidates after top_chunks, up to this many chunks; 0: off. Selection only: the evidence
+    # is read from the top_chunks
+    call_chunks: int = 0
     # The evidence score (compared with `threshold`) is max(cosine + evidence_lexical_weight * lexical):
     # kept apart from the selection score so that selection can lean on words without making
     # unanswerable questions (whose distractors share the question's words) look answerable.
@@ -115,6 +227,9 @@ class SentenceParams:
     # (w_sentence, w_cosine, w_bm25_coverage, bias) of the logistic evidence
     # model (EVIDENCE_MODEL); None: the sentence evidence alone, compared with `threshold`
     evidence_model: Optional[tuple] = None
+
+
+_SET_ASIDE = -1e9  # the score of a sentence that may not answer this question
 
 
 class SentenceAnswerer:
@@ -139,8 +254,10 @@ class SentenceAnswerer:
             raise ValueError(f"{len(questions)} questions but {len(candidates)} candidate lists")
         p = self.p
         tops = [list(c[:p.top_chunks]) for c in candidates]
+        more = [list(c[p.top_chunks:p.call_chunks]) if p.call_chunks and question_form(q) == "call" else []
+                for q, c in zip(questions, candidates)]
         need = [] if qvecs is not None else list(questions)
-        for cands in tops:  # sentences of chunks the index has no vectors for
+        for cands in [t + m for t, m in zip(tops, more)]:  # sentences of chunks the index has no vectors for
             for c in cands:
                 if not self._stored(c):
                     need.extend(candidate_sentences(c))
@@ -152,9 +269,9 @@ class SentenceAnswerer:
         if qvecs is None:
             qvecs = cache.matrix(list(questions))
         out = []
-        for q, qv, cands in zip(questions, qvecs, tops):
+        for q, qv, cands, extra in zip(questions, qvecs, tops, more):
             try:
-                out.append(self._answer_one(q, np.asarray(qv, np.float32), cands, cache))
+                out.append(self._answer_one(q, np.asarray(qv, np.float32), cands, cache, extra))
             except Exception as e:  # one bad record must not sink the batch
                 out.append(AnswerResult("", "error", error=f"{type(e).__name__}: {e}"))
         return out
@@ -215,6 +332,11 @@ class SentenceAnswerer:
                 lex = np.array([sum(w[t] for t in ws) for ws in words], np.float64) / total
             if p.evidence_lexical_weight is not None:
                 self._evidence = float((cos + p.evidence_lexical_weight * lex).max())
+            if p.call_lexical and question_form(question) == "call":  # after the evidence: selection only
+                words = [loose_overlap(qwords, call_words(s)) for _, s in flat]
+                w = {t: 1.0 for t in qwords} if self.idf is None else {t: self.idf.get(t, self.idf_max) for t in qwords}
+                total = sum(w.values())
+                lex = np.array([sum(w[t] for t in ws) for ws in words], np.float64) / total
             score = score + p.lexical_weight * lex
         elif p.evidence_lexical_weight is not None and len(cos):
             self._evidence = float(cos.max())
@@ -226,10 +348,18 @@ class SentenceAnswerer:
         if p.rank_weight:
             ranks = np.array([int(cands[ci].rank or ci + 1) for ci, _ in flat], np.float64)
             score = score + p.rank_weight / ranks
+        if p.form_filter:
+            if self._evidence is None:  # the evidence is read before sentences are set aside
+                self._evidence = float(score.max())
+            form = question_form(question)
+            fits = np.array([kind_fits(sentence_kind(s), form) for _, s in flat])
+            if fits.any():  # never set every sentence aside
+                score = np.where(fits, score, _SET_ASIDE)
         return flat, score, mat
 
-    def select(self, flat, score: np.ndarray, mat: np.ndarray) -> list[int]:
-        """Indices of the picked sentences, strongest first (MMR, near-duplicates dropped)."""
+    def select(self, flat, score: np.ndarray, mat: np.ndarray, question: Optional[str] = None) -> list[int]:
+        """Indices of the picked sentences, strongest first (MMR, near-duplicates and restatements
+        dropped); with `question` and form_filter, a call question's answer leads with its call."""
         p = self.p
         best = float(score.max())
         if p.same_source_bonus:  # a second sentence from the cited chunk costs no extra citation
@@ -254,8 +384,25 @@ class SentenceAnswerer:
             key = normalize_for_match(flat[i][1])
             if key in seen:
                 continue
+            if p.restate_overlap and picked:
+                words = content_words(flat[i][1])
+                if any(restates(content_words(flat[k][1]), words, p.restate_overlap) for k in picked):
+                    continue
             seen.add(key)
             picked.append(i)
+        if question is not None and p.form_filter and picked and question_form(question) == "call":
+            # "how do I ...": the answer leads with the call or command; when the lead is the
+            # description of a definition, its term (the sentence before it) is that call
+            calls = [i for i in picked if sentence_kind(flat[i][1]) == "code"]
+            lead = picked[0]
+            if (not calls and p.max_sentences > 1 and lead > 0 and flat[lead - 1][0] == flat[lead][0]
+                    and is_term(flat[lead - 1][1])):
+                calls = [lead - 1]
+                picked = picked[:p.max_sentences - 1]
+            elif calls:
+                picked.remove(calls[0])
+            if calls:
+                picked.insert(0, calls[0])
         return picked
 
     def evidence_features(self, sentence_evidence: float, cands: list[Candidate]) -> np.ndarray:
@@ -271,7 +418,8 @@ class SentenceAnswerer:
         z = float(self.evidence_features(sentence_evidence, cands) @ np.asarray(m[:3]) + m[3])
         return 1.0 / (1.0 + np.exp(-z))
 
-    def _answer_one(self, question: str, qv: np.ndarray, cands: list[Candidate], cache) -> AnswerResult:
+    def _answer_one(self, question: str, qv: np.ndarray, cands: list[Candidate], cache,
+                    extra: Optional[list[Candidate]] = None) -> AnswerResult:
         flat, score, mat = self.score(question, qv, cands, cache)
         if not flat:
             return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found")
@@ -279,7 +427,19 @@ class SentenceAnswerer:
         evidence = self.evidence(evidence, cands)
         if evidence < self.p.threshold:
             return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found", evidence_score=evidence)
-        picked = self.select(flat, score, mat)
+        if extra:
+            # A call question's answer is often a definition further down the list: API docs
+            # give each call a short section (term line, then its description) that shares few
+            # words with the question beside the module's prose. Of the further chunks, only
+            # such descriptions are candidates.
+            n = len(cands)
+            cands = cands + list(extra)
+            flat, score, mat = self.score(question, qv, cands, cache)
+            definition = np.array([ci < n or (i > 0 and flat[i - 1][0] == ci and is_term(flat[i - 1][1])
+                                              and not is_term(s))
+                                   for i, (ci, s) in enumerate(flat)])
+            score = np.where(definition, score, _SET_ASIDE)
+        picked = self.select(flat, score, mat, question)
         check = cite_sentences([flat[i] for i in picked], cands)
         # rivals: the other sentences as strong as an answer sentence could have been
         conflicts = []

@@ -1,0 +1,79 @@
+"""The demo's answers (`make run`): each sample question's answer holds its `expect` substring.
+
+samples/questions.jsonl gives every question the substring a person would accept in its answer
+(`expect`, read off samples/corpus). Indexing the whole sample corpus takes minutes on 2 cores, so
+by default only the documents of a few questions are indexed (fnmatch's page, which says one
+fact twice, among them);
+RAGBEAM_DEMO_FULL=1 indexes all of samples/corpus and checks every question, as `make run` answers.
+"""
+import json
+import os
+
+import pytest
+
+from conftest import SAMPLES, copy_corpus
+from transforms.index import publish
+from transforms.ingest.embed import model_spec_from_config
+from transforms.query.engine import QAEngine
+from transforms.query.questions import read_questions
+
+QUESTIONS = SAMPLES.parent / "questions.jsonl"
+FULL = bool(os.environ.get("RAGBEAM_DEMO_FULL"))
+# the checked questions' documents: a restatement and a call to lead with (fnmatch), a call
+# (secrets), an option term that is no answer to "what does ldd print" (ldd), prose (faq);
+# json's conversion table is test_answer_job's, on the mini index
+SUBSET = ["python/library/fnmatch.html", "python/library/secrets.html", "man/man1/ldd.1", "records/faq.jsonl"]
+# Questions the demo still answers without `expect` (measured on the whole sample corpus):
+KNOWN_MISSES = {
+    "q11": "path.basename's chunk is retrieved 24th, after the 20 chunks a call question reads",
+    "q12": "the NAME line 'git-add - Add file contents to the index' (1.59) outscores the sentence naming "
+           "'git add' (1.38, outside the 0.12 gap); the SYNOPSIS is no definition's description",
+    "q13": "the answer is one cell of the 128-row table held as one sentence (0.75); the NAME line 1.30",
+    "q15": "setInterval(...) is only in its chunk's heading, which the citation check cannot find in the text",
+}
+
+
+@pytest.fixture(scope="module")
+def demo(test_config, tmp_path_factory):
+    from pipelines.index import run_index
+    corpus = SAMPLES if FULL else copy_corpus(tmp_path_factory.mktemp("demo-corpus"), SUBSET)
+    index_dir = tmp_path_factory.mktemp("demo-index")
+    run_index(test_config, str(corpus), str(index_dir), progress=False, log=lambda *_: None)
+    qs = [q for q in read_questions(str(QUESTIONS))
+          if FULL or (q.metadata or {}).get("expected_key") in SUBSET]
+    e = QAEngine(publish.resolve_index(str(index_dir)), test_config, model_spec_from_config(test_config))
+    try:
+        answers = {q.id: (q, rec) for q, rec in zip(qs, e.answer_batch(qs, top_k=10))}
+        e.answerer.p.restate_overlap = 0  # what q02 was answered before the restatement rule
+        answers["q02-restate-off"] = e.answer_batch([answers["q02"][0]], top_k=10)[0]
+        yield answers
+    finally:
+        e.close()
+
+
+def test_every_sample_question_has_an_expected_answer():
+    rows = [json.loads(line) for line in QUESTIONS.read_text().splitlines() if line.strip()]
+    for r in rows:
+        key = r["expected_key"]
+        assert (SAMPLES / key).exists() and r["expect"].strip(), r
+    assert set(KNOWN_MISSES) <= {r["id"] for r in rows}
+
+
+def test_demo_answers_hold_what_a_person_accepts(demo):
+    wrong = {}
+    for qid, (q, rec) in ((k, v) for k, v in demo.items() if isinstance(v, tuple)):
+        if qid not in KNOWN_MISSES and q.metadata["expect"].lower() not in rec.answer.lower():
+            wrong[qid] = (q.question, q.metadata["expect"], rec.answer)
+    assert not wrong, wrong
+    if FULL:  # a miss that is fixed should leave the list
+        fixed = [qid for qid in KNOWN_MISSES if demo[qid][0].metadata["expect"].lower() in demo[qid][1].answer.lower()]
+        assert not fixed, fixed
+
+
+def test_a_restatement_is_dropped_and_the_call_leads(demo):
+    # fnmatch's page says "Test whether ... returning True or False" twice (fnmatch, fnmatchcase):
+    # cosine 0.90, under answer.dup_sim; the shorter one's content words are 8/9 in the other
+    _, rec = demo["q02"]
+    assert demo["q02-restate-off"].answer.count("returning True or False") == 2  # the rule's case
+    assert rec.answer.count("returning True or False") == 1, rec.answer
+    assert rec.answer.startswith("fnmatch.fnmatch(filename, pattern)"), rec.answer  # the call leads
