@@ -197,11 +197,11 @@ def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress
     from transforms.common.lock import exclusive_lock
     from transforms.common.s3 import settings_from_config as s3_settings
     from transforms.query.output_guard import refuse_output_over_inputs
-    from transforms.query.output_stats import check_question_file
+    from transforms.query.question_file import inspect_question_file
 
     refuse_output_over_inputs(output, questions, index)  # before the lock file is made beside it
     # whole-file problems before any pipeline; the one look at the file that the rest shares
-    qfile = check_question_file(questions, s3_settings(cfg))
+    qfile = inspect_question_file(questions, s3_settings(cfg))
     with exclusive_lock(output + ".lock", output):
         return _run_answer(cfg, index, qfile, output, progress=progress, beam_args=beam_args, log=log,
                            overwrite=overwrite, trace=trace)

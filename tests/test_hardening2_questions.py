@@ -27,8 +27,9 @@ def _read(path, **kw):
 
 
 def _pieces(path, piece_bytes=4096, **kw):
+    from transforms.query.question_file import describe_question_file
     from transforms.query.question_pieces import plan_pieces, read_piece
-    pieces, n = plan_pieces(str(path), piece_bytes=piece_bytes, **kw)
+    pieces, n = plan_pieces(describe_question_file(str(path)), piece_bytes=piece_bytes, **kw)
     return [r for p in pieces for r in read_piece(p)], n
 
 

@@ -231,6 +231,7 @@ def test_question_files_read_in_pieces_equal_a_whole_read(s3_server, s3_source, 
     from dataclasses import asdict
 
     from transforms.query.records import Question
+    from transforms.query.question_file import describe_question_file
     from transforms.query.question_pieces import plan_pieces, read_piece, shards_for
     from transforms.query.questions import read_questions
     for k, v in _lock_env(s3_server).items():
@@ -258,7 +259,7 @@ def test_question_files_read_in_pieces_equal_a_whole_read(s3_server, s3_source, 
     for uri, n_pieces in ((str(jsonl), 62), ("s3://s3index/pieces/q.jsonl", 62), (str(parquet), 4),
                           ("s3://s3index/pieces/q.parquet", 4)):
         whole = [norm(r) for r in read_questions(uri)]
-        pieces, n = plan_pieces(uri, piece_bytes=5000)
+        pieces, n = plan_pieces(describe_question_file(uri), piece_bytes=5000)
         assert len(pieces) == n_pieces, uri
         assert [norm(r) for p in pieces for r in read_piece(p)] == whole, uri
         assert n == (3000 if uri.endswith("jsonl") else 2500)

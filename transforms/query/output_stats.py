@@ -1,5 +1,5 @@
-"""Answer-job output checks: whole-file problems of the question file before any pipeline
-starts, a finished output never overwritten by another job, and counts of the whole output."""
+"""Answer-job output checks: a finished output never overwritten by another job, and counts of
+the whole output (whole-file problems of the question file: transforms/query/question_file.py)."""
 from __future__ import annotations
 
 import json
@@ -7,46 +7,8 @@ import os
 from typing import Optional
 
 
-class QuestionFileError(ValueError):
-    """The question file as a whole cannot be read: missing, empty, unknown format, not Parquet."""
-
-
 class OutputExistsError(RuntimeError):
     """--output holds the finished output of a different job."""
-
-
-def check_question_file(uri: str, s3=None):
-    """Whole-file problems of a question file, refused (QuestionFileError); its QuestionFile."""
-    from transforms.query.question_file import inspect_question_file
-    return inspect_question_file(uri, s3)
-
-
-# A text question file that starts like one of these is refused whole (not read): one
-# "unreadable JSON" record, or a missing id on every row, would hide what is wrong.
-_MAGIC = ((b"\x1f\x8b", "gzip-compressed (it starts with the gzip bytes 1f 8b); decompress it first"),
-          (b"BZh", "bzip2-compressed; decompress it first"),
-          (b"\x28\xb5\x2f\xfd", "zstd-compressed; decompress it first"),
-          (b"\xfd7zXZ\x00", "xz-compressed; decompress it first"),
-          (b"PK\x03\x04", "a zip archive; extract it first"),
-          (b"PAR1", "a Parquet file; name it .parquet"))
-
-
-def content_problem(head: bytes, fmt: str) -> Optional[str]:
-    """Why a JSONL or CSV file cannot be read as one, from its first bytes; None if it may be."""
-    for magic, what in _MAGIC:
-        if head.startswith(magic):
-            return f"is {what} (question files are plain {fmt.upper()} text)"
-    if fmt == "csv" and b"\n" in head:
-        import csv
-
-        from transforms.query.questions_csv import header_problem
-        first = head.split(b"\n", 1)[0].decode("utf-8", errors="replace").lstrip("\ufeff")
-        try:
-            header = [h.strip() for h in next(csv.reader([first.rstrip("\r")]))]
-        except (csv.Error, StopIteration):
-            return None
-        return header_problem(header, first)
-    return None
 
 
 def refuse_foreign_output(output: str, parts_dir: str, fingerprint: dict, overwrite: bool) -> None:

@@ -14,10 +14,41 @@ from typing import Optional
 
 from transforms.common import storage
 from transforms.common.s3 import is_s3
-from transforms.query.output_stats import QuestionFileError, content_problem
 from transforms.query.questions import detect_format
 
 HEAD_BYTES = 65536  # what the content check reads of a text question file
+
+
+class QuestionFileError(ValueError):
+    """The question file as a whole cannot be read: missing, empty, unknown format, not Parquet."""
+
+
+# A text question file that starts like one of these is refused whole (not read): one
+# "unreadable JSON" record, or a missing id on every row, would hide what is wrong.
+_MAGIC = ((b"\x1f\x8b", "gzip-compressed (it starts with the gzip bytes 1f 8b); decompress it first"),
+          (b"BZh", "bzip2-compressed; decompress it first"),
+          (b"\x28\xb5\x2f\xfd", "zstd-compressed; decompress it first"),
+          (b"\xfd7zXZ\x00", "xz-compressed; decompress it first"),
+          (b"PK\x03\x04", "a zip archive; extract it first"),
+          (b"PAR1", "a Parquet file; name it .parquet"))
+
+
+def content_problem(head: bytes, fmt: str) -> Optional[str]:
+    """Why a JSONL or CSV file cannot be read as one, from its first bytes; None if it may be."""
+    for magic, what in _MAGIC:
+        if head.startswith(magic):
+            return f"is {what} (question files are plain {fmt.upper()} text)"
+    if fmt == "csv" and b"\n" in head:
+        import csv
+
+        from transforms.query.questions_csv import header_problem
+        first = head.split(b"\n", 1)[0].decode("utf-8", errors="replace").lstrip("\ufeff")
+        try:
+            header = [h.strip() for h in next(csv.reader([first.rstrip("\r")]))]
+        except (csv.Error, StopIteration):
+            return None
+        return header_problem(header, first)
+    return None
 
 
 @dataclass(frozen=True)

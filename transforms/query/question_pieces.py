@@ -98,11 +98,8 @@ def parquet_file(uri: str, size: Optional[int] = None, s3=None):
 
 def plan_pieces(qfile, s3=None, piece_bytes: int = PIECE_BYTES,
                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> tuple[list[dict], int]:
-    """(pieces, number of input lines/rows) of a question file (a QuestionFile, or a path that is
-    inspected first); each piece carries the line cap and the file's size."""
-    if isinstance(qfile, str):
-        from transforms.query.question_file import describe_question_file
-        qfile = describe_question_file(qfile, s3)
+    """(pieces, number of input lines/rows) of a question file (its question_file.QuestionFile);
+    each piece carries the line cap and the file's size."""
     uri, fmt = qfile.uri, qfile.fmt
     base = {"uri": uri, "fmt": fmt, "max_line_bytes": max_line_bytes, "size": qfile.size}
     if qfile.size is None:  # other Beam filesystems: one piece, read as before
