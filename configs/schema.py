@@ -97,12 +97,23 @@ class ContextualizeConfig(_Strict):
     kind: Literal["title_path", "none"] = "title_path"
 
 
+EmbedProfileName = Literal["minilm", "fast", "minilm-q8", "bge-small", "e5-small"]  # transforms/ingest/profiles.py
+
+
 class EmbedConfig(_Strict):
-    model_path: Optional[str] = None  # None: the packaged all-MiniLM-L6-v2 int8 ONNX
+    # A named model and its conventions; None: minilm (the packaged all-MiniLM-L6-v2 int8 ONNX;
+    # `fast` is its alias). minilm-q8, bge-small and e5-small are installed by `make models`.
+    profile: Optional[EmbedProfileName] = None
+    model_path: Optional[str] = None  # another BERT-family ONNX export (the profile gives its conventions)
     model_sha256: Optional[str] = None  # required when model_path is set
     tokenizer_path: Optional[str] = None
     model_id: Optional[str] = None
-    max_length: int = Field(256, ge=8, le=512)
+    # Each unset: the profile's. Questions get query_prefix, chunks and sentences passage_prefix.
+    pooling: Optional[Literal["mean", "cls"]] = None
+    query_prefix: Optional[str] = Field(None, max_length=1000)
+    passage_prefix: Optional[str] = Field(None, max_length=1000)
+    normalize: Optional[bool] = None
+    max_length: Optional[int] = Field(None, ge=8, le=512)
     dim: Optional[int] = Field(None, ge=1, le=65536)  # vector dimension; unset: read from the model
     batch_size: int = Field(8, ge=1, le=1024)
     intra_op_threads: int = Field(0, ge=0, le=256)
@@ -405,9 +416,11 @@ def cross_field_errors(cfg: "Config") -> list[str]:
     errors = []
     c, e = cfg.chunk, cfg.embed
     need = c.chunk_tokens + c.context_tokens + SPECIAL_TOKENS
-    if need > e.max_length:
+    from transforms.ingest.profiles import named_profile
+    max_length = e.max_length or named_profile(e.profile).profile.max_length
+    if need > max_length:
         errors.append(f"chunk.chunk_tokens: chunk_tokens {c.chunk_tokens} + context_tokens {c.context_tokens} "
-                      f"+ {SPECIAL_TOKENS} special tokens = {need} exceeds embed.max_length {e.max_length} "
+                      f"+ {SPECIAL_TOKENS} special tokens = {need} exceeds embed.max_length {max_length} "
                       "(chunks would be cut or every document dead-lettered)")
     if c.overlap_tokens >= c.chunk_tokens:
         errors.append(f"chunk.overlap_tokens: {c.overlap_tokens} must be smaller than chunk.chunk_tokens "
