@@ -203,3 +203,16 @@ def test_answering_with_another_profile_is_refused(bge_index, tmp_path, embed, m
     cfg = config(tmp_path, embed)
     with pytest.raises(IndexMismatchError, match=match):
         QAEngine(publish.resolve_index(str(index_dir)), cfg, model_spec_from_config(cfg))
+
+
+def test_answer_time_vectors_embed_questions_as_questions(e5):
+    """Sentences embedded at answer time (VectorCache) get the passage prefix, the questions
+    in the same batch the query prefix, even when a sentence has the question's words."""
+    from transforms.query.rerank import VectorCache
+    cache = VectorCache()
+    cache.ensure(e5, [PASSAGE, QUESTION], queries=[QUESTION])
+    assert cache.encode_calls == 2
+    np.testing.assert_allclose(cache.query_matrix(e5, [QUESTION])[0], e5.encode_queries([QUESTION])[0], atol=1e-5)
+    # int8 activations are quantized per batch, so the reference is the same batch
+    np.testing.assert_allclose(cache.matrix([QUESTION])[0], e5.encode([PASSAGE, QUESTION])[1], atol=1e-5)
+    assert float(cache.matrix([QUESTION])[0] @ cache.query_matrix(e5, [QUESTION])[0]) < 0.99
