@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
+from transforms.common.errors import ActionableError
+
 Pooling = Literal["mean", "cls"]
 BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
 
@@ -102,8 +104,8 @@ TOKENIZER_FILE = "tokenizer.json"
 BUILD_RECORD = "build.json"  # the re-quantized model's sha256, written when it is built
 
 
-class ModelFileError(RuntimeError):
-    """A model or tokenizer file is missing or is not the pinned one."""
+class ModelFileError(ActionableError):
+    """A model or tokenizer file is missing or is not the pinned one (the CLI prints one line)."""
 
 
 class ModelNotInstalledError(ModelFileError):

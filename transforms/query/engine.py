@@ -14,6 +14,7 @@ from typing import Optional
 
 import numpy as np
 
+from transforms.common.errors import ActionableError
 from transforms.index.artifacts import open_artifact, read_meta
 from transforms.ingest.embed import Embedder, ModelSpec
 from transforms.ingest.sentvec import SentenceStore
@@ -26,8 +27,8 @@ from transforms.query.rerank import VectorCache
 from transforms.query.retrieve import BM25Index, DenseIndex, FilterMasks, choose_dense_mode, search_hnsw
 
 
-class IndexMismatchError(RuntimeError):
-    pass
+class IndexMismatchError(ActionableError):
+    """The config's model or profile is not the one that embedded the index (one CLI line)."""
 
 
 # What a manifest written before profiles implies: the packaged model's conventions.
@@ -44,10 +45,10 @@ def check_model(manifest: dict, spec: ModelSpec) -> None:
     if m.get("id") != spec.model_id or m.get("sha256") != spec.model_sha256 or \
             m.get("max_length") != spec.max_length:
         raise IndexMismatchError(
-            f"index was embedded with model {m.get('id')} (sha256 {str(m.get('sha256'))[:12]}…, "
-            f"max_length {m.get('max_length')}) but the config gives {spec.model_id} "
-            f"(sha256 {spec.model_sha256[:12]}…, max_length {spec.max_length}); "
-            "re-index or use the index's model")
+            f"index was embedded with model {m.get('id')} (profile {m.get('profile', 'minilm')}, "
+            f"sha256 {str(m.get('sha256'))[:12]}…, max_length {m.get('max_length')}) but the config gives "
+            f"{spec.model_id} (profile {spec.profile_name}, sha256 {spec.model_sha256[:12]}…, "
+            f"max_length {spec.max_length}); re-index or use the index's model (embed.profile)")
     if built != asked:
         differ = ", ".join(f"{k} {built[k]!r} vs {asked[k]!r}" for k in built if built[k] != asked[k])
         raise IndexMismatchError(
