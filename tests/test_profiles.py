@@ -66,6 +66,13 @@ def test_named_profiles_have_their_own_namespaces(tmp_path):
     assert len(names) == 4
 
 
+def test_the_config_knows_every_named_profile():
+    import typing
+    from configs.schema import EmbedProfileName
+    from transforms.ingest.profiles import PROFILE_NAMES
+    assert set(typing.get_args(EmbedProfileName)) == set(PROFILE_NAMES)
+
+
 def test_unknown_profile_is_refused_naming_the_key(tmp_path):
     with pytest.raises(ConfigError, match="embed.profile"):
         config(tmp_path, {"profile": "gte-large"})
