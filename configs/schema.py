@@ -112,13 +112,29 @@ class ContextualizeConfig(_Strict):
                                                 "none: no prefix")
 
 
+EmbedProfileName = Literal["minilm", "fast", "minilm-q8", "bge-small", "e5-small"]  # transforms/ingest/profiles.py
+
+
 class EmbedConfig(_Strict):
-    """The embedding model (onnxruntime)."""
-    model_path: Optional[str] = Field(None, description="an ONNX model; unset: the packaged all-MiniLM-L6-v2 int8")
+    """The embedding model (onnxruntime) and its conventions (a profile: transforms/ingest/profiles.py)."""
+    profile: Optional[EmbedProfileName] = Field(
+        None, description="a named model and its conventions: minilm (the packaged all-MiniLM-L6-v2 int8; alias "
+                          "fast), minilm-q8, bge-small, e5-small (the last three installed by make models); "
+                          "unset: minilm")
+    model_path: Optional[str] = Field(None, description="another BERT-family ONNX export (the profile gives its "
+                                      "conventions); unset: the profile's model")
     model_sha256: Optional[str] = Field(None, description="the model file's sha256 (required with model_path)")
-    tokenizer_path: Optional[str] = Field(None, description="its tokenizer.json; unset: the packaged one")
+    tokenizer_path: Optional[str] = Field(None, description="its tokenizer.json; unset: the profile's")
     model_id: Optional[str] = Field(None, description="the model's name in manifests and cache namespaces")
-    max_length: int = Field(256, ge=8, le=512, description="the model's input length in word pieces")
+    pooling: Optional[Literal["mean", "cls"]] = Field(None, description="mean of the token states or the CLS row; "
+                                                      "unset: the profile's")
+    query_prefix: Optional[str] = Field(None, max_length=1000, description="put before every question; unset: "
+                                        "the profile's")
+    passage_prefix: Optional[str] = Field(None, max_length=1000, description="put before every chunk and sentence "
+                                          "embedded; unset: the profile's")
+    normalize: Optional[bool] = Field(None, description="L2-normalise the vectors; unset: the profile's (true)")
+    max_length: Optional[int] = Field(None, ge=8, le=512, description="the model's input length in word pieces; "
+                                      "unset: the profile's (256 for minilm)")
     dim: Optional[int] = Field(None, ge=1, le=65536, description="vector dimension; unset: read from the model")
     batch_size: int = Field(8, ge=1, le=1024, description="texts per model call (8 is as fast as 32 on CPU, "
                             "with less padding and memory)")
@@ -471,9 +487,11 @@ def cross_field_errors(cfg: "Config") -> list[str]:
     errors = []
     c, e = cfg.chunk, cfg.embed
     need = c.chunk_tokens + c.context_tokens + SPECIAL_TOKENS
-    if need > e.max_length:
+    from transforms.ingest.profiles import named_profile
+    max_length = e.max_length or named_profile(e.profile).profile.max_length
+    if need > max_length:
         errors.append(f"chunk.chunk_tokens: chunk_tokens {c.chunk_tokens} + context_tokens {c.context_tokens} "
-                      f"+ {SPECIAL_TOKENS} special tokens = {need} exceeds embed.max_length {e.max_length} "
+                      f"+ {SPECIAL_TOKENS} special tokens = {need} exceeds embed.max_length {max_length} "
                       "(chunks would be cut or every document dead-lettered)")
     if c.overlap_tokens >= c.chunk_tokens:
         errors.append(f"chunk.overlap_tokens: {c.overlap_tokens} must be smaller than chunk.chunk_tokens "

@@ -57,7 +57,7 @@ def run_eval(cfg: Config, dataset: Optional[str], report_dir: str, *, index: Opt
             batch = ids[i:i + BATCH]
             texts = [ds.queries[q] for q in batch]
             t = time.monotonic()
-            qvecs = ev.engine.embedder.encode(texts)
+            qvecs = ev.engine.embedder.encode_queries(texts)
             qvec_all.append(qvecs)
             runs = ev.run(texts, qvecs=qvecs)
             t_ret += time.monotonic() - t

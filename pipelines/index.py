@@ -51,7 +51,13 @@ PIPELINE_VERSION = "1"
 
 
 def chunk_settings(cfg: Config, spec: ModelSpec) -> ChunkSettings:
-    return ChunkSettings(model_max_tokens=spec.max_length, chunk_tokens=cfg.chunk.chunk_tokens,
+    # The profile's passage prefix goes before every chunk the model sees: its word pieces
+    # come out of the model's input limit, so no chunk is cut.
+    prefix_tokens = 0
+    if spec.passage_prefix:
+        from transforms.model.tokens import count_tokens, load_tokenizer
+        prefix_tokens = count_tokens(load_tokenizer(spec.tokenizer_path), [spec.passage_prefix])[0]
+    return ChunkSettings(model_max_tokens=spec.max_length - prefix_tokens, chunk_tokens=cfg.chunk.chunk_tokens,
                          overlap_tokens=cfg.chunk.overlap_tokens, context_tokens=cfg.chunk.context_tokens)
 
 

@@ -71,7 +71,7 @@ def main(argv=None) -> None:
 
     def t_embed():
         for b in batches():
-            eng.embedder.encode([q.question for q in b])
+            eng.embedder.encode_queries([q.question for q in b])
 
     def t_retrieve():
         for b in batches():

@@ -55,7 +55,7 @@ def collect(ev: Evaluator, ds, ids: list[str], labels: DocLabels):
         batch = ids[i:i + BATCH]
         texts = [ds.queries[q] for q in batch]
         e = ev.engine
-        qv = e.embedder.encode(texts)
+        qv = e.embedder.encode_queries(texts)
         golds = [set(M.relevant(ds.qrels[q])) for q in batch]
         heads = {}
         for key, allowed in (("head", ev.public), ("uhead", unanswerable_masks(ev, labels, golds))):

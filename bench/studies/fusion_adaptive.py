@@ -38,7 +38,7 @@ def main(argv=None) -> None:
     rows = []
     for name, ev, ids, qrels, texts in iter_dev_sets(args, cfg, SETS):
         e = ev.engine
-        qv = e.embedder.encode(texts)
+        qv = e.embedder.encode_queries(texts)
         qv = qv / np.linalg.norm(qv, axis=1, keepdims=True)
         d_s, d_i = e.dense.search(qv, N, ev.public)
         terms, bounds = e.bm25.analyze(texts)

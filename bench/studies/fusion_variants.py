@@ -40,7 +40,7 @@ def main(argv=None) -> None:
     rows = []
     for name, ev, ids, qrels, texts in iter_dev_sets(args, cfg):
         t = time.perf_counter()
-        qv = ev.engine.embedder.encode(texts)
+        qv = ev.engine.embedder.encode_queries(texts)
         allowed = ev.public
         d_s, d_i = ev.engine.dense.search(qv, DEPTH, allowed)
         mat = ev.engine.dense.matrix

@@ -61,7 +61,7 @@ def build_version_artifact(version_dir: str, cfg: Config, spec: ModelSpec,
             queries = recall_queries(version_dir, cfg.artifacts.recall_sample)
         if queries:
             embedder = embedder or Embedder(spec)
-            qvecs = embedder.encode(queries)
+            qvecs = embedder.encode_queries(queries)  # they stand in for questions
             con = open_artifact(db_path, read_only=False)
             try:
                 recall = hnsw_recall_at_k(con, qvecs, k=10)

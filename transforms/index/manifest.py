@@ -6,7 +6,7 @@ import platform
 
 from configs.schema import Config
 from transforms.common import storage
-from transforms.ingest.embed import ModelSpec, POOLING
+from transforms.ingest.embed import ModelSpec
 
 
 def reconcile(counters: dict[str, int], listed: int, skipped: int = 0) -> dict:
@@ -57,8 +57,7 @@ def write_run_outputs(version_dir: str, cfg: Config, spec: ModelSpec, summary: d
                       versions: dict, processing_key: str) -> None:
     manifest = {
         "version": summary["version"],
-        "model": {"id": spec.model_id, "sha256": spec.model_sha256, "pooling": POOLING,
-                  "max_length": spec.max_length, "namespace": spec.namespace},
+        "model": model_record(spec),
         "versions": versions,
         "processing_key": processing_key,
         "config": manifest_config(cfg),  # never write secrets
@@ -69,6 +68,15 @@ def write_run_outputs(version_dir: str, cfg: Config, spec: ModelSpec, summary: d
     }
     storage.write_json(os.path.join(version_dir, "manifest.json"), manifest)
     storage.write_json(os.path.join(version_dir, "summary.json"), summary)
+
+
+def model_record(spec: ModelSpec) -> dict:
+    """The manifest's `model`: the file and every convention the answer job must repeat
+    (transforms.query.engine.check_model compares them)."""
+    return {"id": spec.model_id, "sha256": spec.model_sha256, "profile": spec.profile_name,
+            "pooling": spec.pooling, "query_prefix": spec.query_prefix,
+            "passage_prefix": spec.passage_prefix, "normalize": spec.normalize,
+            "max_length": spec.max_length, "namespace": spec.namespace}
 
 
 def manifest_config(cfg: Config) -> dict:

@@ -1,13 +1,16 @@
-"""Embedding with onnxruntime: all-MiniLM-L6-v2, mean pooling, L2 normalisation.
+"""Embedding with onnxruntime: any BERT-family ONNX export plus its profile
+(transforms/ingest/profiles.py: pooling, prefixes, normalisation, length); by default the
+packaged all-MiniLM-L6-v2 with mean pooling and L2 normalisation.
 
-`Embedder` is the plain, testable part (texts -> unit vectors); `EmbedChunksFn`
-is the Beam wrapper that loads the model once per worker in setup() and embeds
-batches of chunks. No torch at run time; the model file is pinned by sha256.
+`Embedder` is the plain, testable part (texts -> vectors; questions and passages each get
+their own prefix); `EmbedChunksFn` is the Beam wrapper that loads the model once per worker
+in setup() and embeds batches of chunks. No torch at run time; the model file is pinned by sha256.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 from dataclasses import dataclass
 from typing import Optional
@@ -17,16 +20,13 @@ import numpy as np
 
 from transforms.common.fault_injection import kill_point
 from transforms.common.stage import Outputs, StageFn
+from transforms.ingest.profiles import EmbedProfile, ModelFileError, named_profile
 from transforms.model.tokens import DEFAULT_TOKENIZER_SHA256, default_tokenizer_path, load_tokenizer
 from transforms.records import Chunk, chunk_row
 
 MAX_LENGTH = 256  # all-MiniLM-L6-v2 was trained with max_seq_length 256 word pieces
-POOLING = "mean"
+POOLING = "mean"  # the packaged model's pooling (profiles may choose cls)
 PACKAGED_MODEL_DIM = 384  # the packaged all-MiniLM-L6-v2 (pinned by sha256); Embedder checks it on load
-
-
-class ModelFileError(RuntimeError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -39,11 +39,29 @@ class ModelSpec:
     max_length: int = MAX_LENGTH
     intra_op_threads: int = 0  # 0 lets onnxruntime choose
     dim: int = PACKAGED_MODEL_DIM  # vector dimension: config embed.dim or the ONNX output shape
+    pooling: str = POOLING  # mean | cls (the profile's)
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    normalize: bool = True
+    profile_name: str = "minilm"  # for people reading a manifest; the settings above are what is checked
+    tokenizer_sha256: Optional[str] = None  # pinned when set (the packaged tokenizer is always pinned)
+
+    @property
+    def profile(self) -> EmbedProfile:
+        return EmbedProfile(pooling=self.pooling, query_prefix=self.query_prefix,
+                            passage_prefix=self.passage_prefix, normalize=self.normalize,
+                            max_length=self.max_length)
 
     @property
     def namespace(self) -> str:
-        """Cache namespace: a new model file, pooling or length means new vectors."""
-        return f"{self.model_id}:{self.model_sha256[:16]}:{POOLING}:{self.max_length}"
+        """Cache namespace: a new model file, pooling, length, prefix or normalisation means new
+        vectors. A plain profile (no prefixes, normalised) keeps the namespace indexes had before
+        profiles existed, so their caches stay valid."""
+        base = f"{self.model_id}:{self.model_sha256[:16]}:{self.pooling}:{self.max_length}"
+        if self.profile.is_plain:
+            return base
+        conventions = json.dumps([self.query_prefix, self.passage_prefix, self.normalize])
+        return f"{base}:{hashlib.sha256(conventions.encode('utf-8')).hexdigest()[:12]}"
 
 
 def default_model_spec(intra_op_threads: int = 0) -> ModelSpec:
@@ -89,15 +107,21 @@ def verify_model_file(spec: ModelSpec) -> None:
         raise ModelFileError(
             f"embedding model file {spec.model_path} has sha256 {actual}, "
             f"expected {spec.model_sha256} (embed.model_sha256); refusing to mix vectors")
-    if os.path.abspath(spec.tokenizer_path) == os.path.abspath(default_tokenizer_path()):
+    expected = spec.tokenizer_sha256
+    if expected is None and os.path.abspath(spec.tokenizer_path) == os.path.abspath(default_tokenizer_path()):
+        expected = DEFAULT_TOKENIZER_SHA256
+    if expected is not None:
+        if not os.path.exists(spec.tokenizer_path):
+            raise ModelFileError(f"tokenizer file not found: {spec.tokenizer_path}")
         actual = file_sha256(spec.tokenizer_path)
-        if actual != DEFAULT_TOKENIZER_SHA256:
+        if actual != expected:
             raise ModelFileError(f"tokenizer file {spec.tokenizer_path} has sha256 {actual}, "
-                                 f"expected {DEFAULT_TOKENIZER_SHA256}")
+                                 f"expected {expected}")
 
 
 class Embedder:
-    """Texts -> L2-normalised float32 vectors (n, spec.dim)."""
+    """Texts -> float32 vectors (n, spec.dim), pooled and (normally) L2-normalised as the
+    profile says. Passages and questions differ only in the prefix put before them."""
 
     def __init__(self, spec: ModelSpec, verify: bool = True):
         import onnxruntime as ort
@@ -118,11 +142,22 @@ class Embedder:
                                  f"but embed.dim says {spec.dim}")
         self.tokenizer = load_tokenizer(spec.tokenizer_path)
 
-    def encode(self, texts: list[str], batch_size: int = 8) -> np.ndarray:
+    def prefixed(self, texts: list[str], role: str) -> list[str]:
+        """The texts as the model wants them: role "query" (questions) or "passage" (chunks, sentences)."""
+        if role not in ("query", "passage"):
+            raise ValueError(f"role {role!r} (query | passage)")
+        prefix = self.spec.query_prefix if role == "query" else self.spec.passage_prefix
+        return [prefix + t for t in texts] if prefix else list(texts)
+
+    def encode_queries(self, texts: list[str], batch_size: int = 8) -> np.ndarray:
+        """Questions: the profile's query prefix, then the same model and pooling as passages."""
+        return self.encode(texts, batch_size=batch_size, role="query")
+
+    def encode(self, texts: list[str], batch_size: int = 8, role: str = "passage") -> np.ndarray:
         if not texts:
             return np.zeros((0, self.spec.dim), dtype=np.float32)
         # Sorting by length keeps padding small inside each batch.
-        encs = self.tokenizer.encode_batch(list(texts), add_special_tokens=True)
+        encs = self.tokenizer.encode_batch(self.prefixed(list(texts), role), add_special_tokens=True)
         order = sorted(range(len(texts)), key=lambda i: len(encs[i].ids))
         out = np.zeros((len(texts), self.spec.dim), dtype=np.float32)
         for start in range(0, len(order), batch_size):
@@ -131,11 +166,19 @@ class Embedder:
         return out
 
     def _run(self, encs) -> np.ndarray:
-        hidden, mask = self.forward(encs)
-        m = mask[:, :, None].astype(np.float32)
-        pooled = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+        return self.pool(*self.forward(encs))
+
+    def pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Token states (b, seq, dim) -> one vector per text: the [CLS] row or the masked mean,
+        L2-normalised unless the profile says not."""
+        if self.spec.pooling == "cls":
+            pooled = hidden[:, 0, :]
+        else:
+            m = mask[:, :, None].astype(np.float32)
+            pooled = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
+        if self.spec.normalize:
+            pooled = pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+        return pooled.astype(np.float32)
 
     def forward(self, encs) -> tuple[np.ndarray, np.ndarray]:
         """(last hidden states (b, seq, dim), attention mask (b, seq)) for tokenizer encodings;
@@ -249,18 +292,33 @@ class EmbedChunks(beam.PTransform):
 
 
 def model_spec_from_config(cfg) -> ModelSpec:
-    """The configured model, or the packaged all-MiniLM-L6-v2 int8 ONNX by default.
+    """The configured model: a named profile (embed.profile, default the packaged
+    all-MiniLM-L6-v2 int8), or any BERT-family ONNX export at embed.model_path with the
+    profile's conventions; embed.pooling / query_prefix / passage_prefix / normalize /
+    max_length override the profile's.
 
-    The vector dimension is `embed.dim` when set, else read from the model: the
-    packaged one is known (and checked when it loads), another from its ONNX output shape."""
+    The vector dimension is `embed.dim` when set, else read from the model: a named one is
+    known (and checked when it loads), another from its ONNX output shape."""
+    from transforms.ingest.profiles import profile_files
     e = cfg.embed
+    named = named_profile(e.profile)
+    p = named.profile
+    conventions = dict(
+        pooling=e.pooling or p.pooling,
+        query_prefix=p.query_prefix if e.query_prefix is None else e.query_prefix,
+        passage_prefix=p.passage_prefix if e.passage_prefix is None else e.passage_prefix,
+        normalize=p.normalize if e.normalize is None else e.normalize,
+        max_length=e.max_length or p.max_length, intra_op_threads=e.intra_op_threads)
     if e.model_path:
         dim = e.dim or onnx_output_dim(e.model_path, e.model_sha256)
         return ModelSpec(model_path=e.model_path, model_sha256=e.model_sha256,
                          tokenizer_path=e.tokenizer_path or str(default_tokenizer_path()),
-                         model_id=e.model_id or os.path.basename(e.model_path),
-                         max_length=e.max_length, intra_op_threads=e.intra_op_threads, dim=dim)
-    spec = default_model_spec(e.intra_op_threads)
-    return ModelSpec(model_path=spec.model_path, model_sha256=spec.model_sha256,
-                     tokenizer_path=e.tokenizer_path or spec.tokenizer_path, model_id=spec.model_id,
-                     max_length=e.max_length, intra_op_threads=e.intra_op_threads, dim=e.dim or spec.dim)
+                         model_id=e.model_id or os.path.basename(e.model_path), dim=dim,
+                         profile_name=f"{named.name} (conventions) + embed.model_path", **conventions)
+    files = profile_files(named)
+    tokenizer_path = e.tokenizer_path or files.tokenizer_path
+    return ModelSpec(model_path=files.model_path, model_sha256=files.model_sha256,
+                     tokenizer_path=tokenizer_path, model_id=named.model_id, dim=e.dim or named.dim,
+                     profile_name=named.name,
+                     tokenizer_sha256=files.tokenizer_sha256 if tokenizer_path == files.tokenizer_path else None,
+                     **conventions)

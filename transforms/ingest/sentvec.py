@@ -6,11 +6,11 @@ is embedded, so answering needs one model call per question (the question).
 
 Two ways, both producing unit vectors in the chunk embedding's space:
 
-- "late" (late chunking): the chunk (context prefix + text) goes through the model once,
-  as today; each sentence's vector is the mean of the model's last hidden states over
-  that sentence's word pieces, L2-normalised (the chunk vector is the same mean over all
-  tokens). No extra model cost; each sentence vector has seen its whole chunk (title,
-  section, the sentences around it).
+- "late" (late chunking): the chunk (the profile's passage prefix + context prefix + text)
+  goes through the model once, as today; each sentence's vector is the mean of the model's
+  last hidden states over that sentence's word pieces, L2-normalised (the chunk vector is
+  the profile's pooling: the same mean over all tokens, or the [CLS] row). No extra model
+  cost; each sentence vector has seen its whole chunk (title, section, the sentences around it).
 - "separate": every sentence embedded on its own (one more forward pass per sentence).
 
 Stored per chunk (CHUNK_SCHEMA):
@@ -89,7 +89,12 @@ def late_encode(embedder, texts: list[str], spans: list[list[tuple[int, int]]],
 
     texts: what gets embedded (context + "\\n" + text); spans: per text, char spans in
     that string. A span that maps to no token (cannot happen for a sentence with a word
-    in it) gets the chunk vector.
+    in it) gets the chunk vector. The profile's passage prefix is put before each text here
+    (and the spans shifted past it), as Embedder.encode does.
+
+    Sentence vectors are always the mean of the token states over the sentence's span, also
+    for a CLS-pooled model (bge): a sentence has no [CLS] row of its own, and the [CLS] row
+    of the chunk is one vector for all its sentences.
     """
     n = len(texts)
     dim = embedder.spec.dim
@@ -97,21 +102,20 @@ def late_encode(embedder, texts: list[str], spans: list[list[tuple[int, int]]],
     sents: list[np.ndarray] = [np.zeros((len(s), dim), np.float32) for s in spans]
     if not n:
         return chunk, sents
-    encs = embedder.tokenizer.encode_batch(list(texts), add_special_tokens=True)
+    prefix = len(embedder.prefixed([""], "passage")[0])
+    encs = embedder.tokenizer.encode_batch(embedder.prefixed(list(texts), "passage"), add_special_tokens=True)
     order = sorted(range(n), key=lambda i: len(encs[i].ids))  # Embedder.encode's batching
     max_len = embedder.spec.max_length
     for lo in range(0, n, batch_size):
         idx = order[lo:lo + batch_size]
         hidden, mask = embedder.forward([encs[i] for i in idx])
-        m = mask[:, :, None].astype(np.float32)
-        pooled = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
-        chunk[idx] = pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+        chunk[idx] = embedder.pool(hidden, mask)
         for row, i in enumerate(idx):
             e = encs[i]
             # Tokens past the limit were dropped (the chunker keeps chunks within it).
             n_tok = min(len(e.ids), max_len - 1)
             for k, (s, t) in enumerate(spans[i]):
-                a, b = _token_span(e.offsets, e.sequence_ids, s, t, n_tok)
+                a, b = _token_span(e.offsets, e.sequence_ids, s + prefix, t + prefix, n_tok)
                 if b > a:
                     v = hidden[row, a:b].mean(axis=0)
                     sents[i][k] = v / max(float(np.linalg.norm(v)), 1e-12)

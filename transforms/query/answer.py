@@ -80,8 +80,8 @@ class ExtractiveAnswerer:
         cache = cache if cache is not None else VectorCache()
         tops = [list(c[:self.top_chunks]) for c in candidates]
         sents = [[candidate_sentences(c) for c in cands] for cands in tops]
-        texts = list(questions) + [s for per_q in sents for ss in per_q for s in ss]
-        cache.ensure(self.embedder, texts)  # one encode call for the batch (or none)
+        texts = [s for per_q in sents for ss in per_q for s in ss]
+        cache.ensure(self.embedder, texts, queries=list(questions))  # one encode call per side of the batch (or none)
         out = []
         for q, cands, per_q in zip(questions, tops, sents):
             try:
@@ -95,7 +95,7 @@ class ExtractiveAnswerer:
         flat = [(ci, s) for ci, ss in enumerate(per_q) for s in ss]
         if not flat:
             return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found")
-        qv = cache.matrix([question])[0]
+        qv = cache.query_matrix(self.embedder, [question])[0]
         cos = cache.matrix([s for _, s in flat]) @ qv
         qwords = _content_words(question)
         lex = np.array([len(qwords & _content_words(s)) / len(qwords) if qwords else 0.0

@@ -14,6 +14,7 @@ from typing import Optional
 
 import numpy as np
 
+from transforms.common.errors import ActionableError
 from transforms.index.artifacts import open_artifact, read_meta
 from transforms.ingest.embed import Embedder, ModelSpec
 from transforms.ingest.sentvec import SentenceStore
@@ -26,20 +27,33 @@ from transforms.query.rerank import VectorCache
 from transforms.query.retrieve import BM25Index, DenseIndex, FilterMasks, choose_dense_mode, search_hnsw
 
 
-class IndexMismatchError(RuntimeError):
-    pass
+class IndexMismatchError(ActionableError):
+    """The config's model or profile is not the one that embedded the index (one CLI line)."""
+
+
+# What a manifest written before profiles implies: the packaged model's conventions.
+_PRE_PROFILE_CONVENTIONS = {"pooling": "mean", "query_prefix": "", "passage_prefix": "", "normalize": True}
 
 
 def check_model(manifest: dict, spec: ModelSpec) -> None:
-    """Questions must be embedded by exactly the model that embedded the index."""
+    """Questions must be embedded by exactly the model and profile that embedded the index:
+    the same file, length, pooling, prefixes and normalisation."""
     m = manifest.get("model", {})
+    built = {k: m.get(k, default) for k, default in _PRE_PROFILE_CONVENTIONS.items()}
+    asked = {"pooling": spec.pooling, "query_prefix": spec.query_prefix,
+             "passage_prefix": spec.passage_prefix, "normalize": spec.normalize}
     if m.get("id") != spec.model_id or m.get("sha256") != spec.model_sha256 or \
             m.get("max_length") != spec.max_length:
         raise IndexMismatchError(
-            f"index was embedded with model {m.get('id')} (sha256 {str(m.get('sha256'))[:12]}…, "
-            f"max_length {m.get('max_length')}) but the config gives {spec.model_id} "
-            f"(sha256 {spec.model_sha256[:12]}…, max_length {spec.max_length}); "
-            "re-index or use the index's model")
+            f"index was embedded with model {m.get('id')} (profile {m.get('profile', 'minilm')}, "
+            f"sha256 {str(m.get('sha256'))[:12]}…, max_length {m.get('max_length')}) but the config gives "
+            f"{spec.model_id} (profile {spec.profile_name}, sha256 {spec.model_sha256[:12]}…, "
+            f"max_length {spec.max_length}); re-index or use the index's model (embed.profile)")
+    if built != asked:
+        differ = ", ".join(f"{k} {built[k]!r} vs {asked[k]!r}" for k in built if built[k] != asked[k])
+        raise IndexMismatchError(
+            f"index was embedded with profile {m.get('profile', 'minilm')} but the config gives "
+            f"{spec.profile_name}: {differ} (index vs config); re-index or use the index's embed.profile")
 
 
 class QAEngine:
@@ -118,7 +132,7 @@ class QAEngine:
         search) and their fusion, as (chunk_no, score) lists."""
         rc = self.cfg.retrieve
         if qvecs is None:
-            qvecs = self.embedder.encode(texts)
+            qvecs = self.embedder.encode_queries(texts)
         dense_n, bm25_n = dense_n or rc.dense_top_n, bm25_n or rc.bm25_top_n
         if self.dense_mode == "exact":
             d_scores, d_ids = self.dense.search(qvecs, dense_n, allowed)
@@ -218,7 +232,7 @@ class QAEngine:
         t = [time.perf_counter()]
         texts = [q.question for q in questions]
         if qvecs is None:
-            qvecs = self.embedder.encode(texts)
+            qvecs = self.embedder.encode_queries(texts)
         t.append(time.perf_counter())
         rankings = self.search(texts, self.allowed(questions) if allowed is None else allowed, qvecs)
         cands = self.candidates(rankings)

@@ -256,18 +256,18 @@ class SentenceAnswerer:
         tops = [list(c[:p.top_chunks]) for c in candidates]
         more = [list(c[p.top_chunks:p.call_chunks]) if p.call_chunks and question_form(q) == "call" else []
                 for q, c in zip(questions, candidates)]
-        need = [] if qvecs is not None else list(questions)
+        need = []
         for cands in [t + m for t, m in zip(tops, more)]:  # sentences of chunks the index has no vectors for
             for c in cands:
                 if not self._stored(c):
                     need.extend(candidate_sentences(c))
-        if need:
+        queries = [] if qvecs is not None else list(questions)
+        if need or queries:
             cache = cache if cache is not None else VectorCache()
-            before = len(cache)
-            cache.ensure(self.embedder, need)
-            self.fallback_sentences += max(0, len(cache) - before)
+            self.fallback_sentences += len({t for t in need if t not in cache})
+            cache.ensure(self.embedder, need, queries=queries)
         if qvecs is None:
-            qvecs = cache.matrix(list(questions))
+            qvecs = cache.query_matrix(self.embedder, list(questions))
         out = []
         for q, qv, cands, extra in zip(questions, qvecs, tops, more):
             try:

@@ -49,25 +49,49 @@ class VectorCache:
     def __len__(self) -> int:
         return len(self._vec)
 
-    def ensure(self, embedder, texts) -> None:
+    def ensure(self, embedder, texts, queries=()) -> None:
+        """Vectors for `texts` (passages: sentences, chunks) and `queries` (questions), in one
+        encode call when the profile embeds both alike, else one call per side (a question
+        then gets the query prefix; it is kept apart from a sentence with the same words)."""
         spec = getattr(embedder, "spec", None)
         if spec is not None:
             self.dim = spec.dim
-        new = list(dict.fromkeys(t for t in texts if t not in self._vec))
+        own = bool(queries) and query_side_differs(embedder)
+        wanted = {t: (t, "passage") for t in texts}
+        wanted.update({(QUERY_KEY + q if own else q): (q, "query" if own else "passage") for q in queries})
+        new = {k: v for k, v in wanted.items() if k not in self._vec}
         if not new:
             return
         if self.max_entries and len(self._vec) + len(new) > self.max_entries:
             self._vec.clear()
-            new = list(dict.fromkeys(texts))
-        vecs = np.asarray(embedder.encode(new), dtype=np.float32)
-        self.dim = vecs.shape[1]
-        self.encode_calls += 1
-        self._vec.update(zip(new, vecs))
+            new = wanted
+        for role, encode in (("passage", embedder.encode), ("query", getattr(embedder, "encode_queries", None))):
+            keys = [k for k, (_, r) in new.items() if r == role]
+            if not keys:
+                continue
+            vecs = np.asarray(encode([new[k][0] for k in keys]), dtype=np.float32)
+            self.dim = vecs.shape[1]
+            self.encode_calls += 1
+            self._vec.update(zip(keys, vecs))
 
     def matrix(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim or 0), dtype=np.float32)
         return np.stack([self._vec[t] for t in texts])
+
+    def query_matrix(self, embedder, questions: list[str]) -> np.ndarray:
+        """The vectors ensure(..., queries=questions) made for these questions."""
+        own = query_side_differs(embedder)
+        return self.matrix([QUERY_KEY + q if own else q for q in questions])
+
+
+QUERY_KEY = "\x00query\x00"  # a question's key in VectorCache when it is embedded unlike passages
+
+
+def query_side_differs(embedder) -> bool:
+    """Does the embedder's profile embed a question unlike a passage (different prefixes)?"""
+    spec = getattr(embedder, "spec", None)
+    return spec is not None and getattr(spec, "query_prefix", "") != getattr(spec, "passage_prefix", "")
 
 
 def candidate_sentences(cand: Candidate, limit: int = MAX_SENTENCES_PER_CHUNK) -> list[str]:
@@ -151,18 +175,18 @@ class SentenceEmbeddingReranker:
         """Sentence-level relevance of every candidate; one encode call for the batch."""
         cache = cache if cache is not None else VectorCache()
         sents = [[candidate_sentences(c) for c in cands] for cands in candidates]
-        texts = list(questions)
+        texts = []
         for per_q in sents:
             for s in per_q:
                 texts.extend(s)
         if self.chunk_weight:  # the index's stored vector when retrieval returned it
             texts.extend(chunk_embed_text(c) for cands in candidates for c in cands
                          if c.embedding is None)
-        cache.ensure(self.embedder, texts)
+        cache.ensure(self.embedder, texts, queries=list(questions))
 
         out = []
         for q, cands, per_q in zip(questions, candidates, sents):
-            qv = cache.matrix([q])[0]
+            qv = cache.query_matrix(self.embedder, [q])[0]
             row = []
             for c, ss in zip(cands, per_q):
                 if ss:
