@@ -7,7 +7,7 @@ INDEX   ?= out/index
 ANSWERS ?= out/answers.jsonl
 
 .PHONY: run test test-core test-flink models flink-setup demo-flink bench bench-quick bench-s3 bench-flink bench-nightly \
-        bench-eval docs install clean s3-up s3-down demo-s3
+        bench-eval bench-models docs install clean s3-up s3-down demo-s3
 
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -61,6 +61,10 @@ bench-s3: $(STAMP)
 # The index and answer jobs on the local Flink cluster vs the in-process runner (inside the namespace).
 bench-flink: $(STAMP) flink-setup
 	infra/flink/netns.sh $(BIN)/python -m bench.flink_bench
+
+# Passages/s of each embedding profile (500 cranfield passages, batch 8, 2 threads; docs/models.md).
+bench-models: $(STAMP) models
+	$(BIN)/python -m bench.model_speed --n 500 --threads 2
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m bench.run --quick
