@@ -240,8 +240,9 @@ def _run_answer(cfg: Config, index: str, qfile, output: str, *, progress: bool,
         f"({len(done)}/{shards} shards already written)")
 
     def keyed(rec):
-        key = rec.id if isinstance(rec, Question) else f"line:{rec.line}"
-        return shard_of(key, shards), rec
+        if isinstance(rec, Question):
+            return shard_of(rec.id, shards), rec.to_wire()
+        return shard_of(f"line:{rec.line}", shards), rec
 
     with beam.Pipeline(options=pipeline_options(cfg, beam_args)) as p:
         (p
@@ -251,7 +252,8 @@ def _run_answer(cfg: Config, index: str, qfile, output: str, *, progress: bool,
          | "KeyByShard" >> beam.Map(keyed)
          | "SkipWrittenShards" >> beam.Filter(lambda kv: kv[0] not in done)
          | "GroupByShard" >> beam.GroupByKey()
-         | "OrderAndDedupe" >> beam.MapTuple(lambda s, recs: (s, order_and_dedupe(list(recs))))
+         | "OrderAndDedupe" >> beam.MapTuple(lambda s, recs: (s, order_and_dedupe(
+             [Question.from_wire(r) if isinstance(r, tuple) else r for r in recs])))
          | "AnswerAndWriteShard" >> beam.ParDo(AnswerShardToPartFn(
              CachedIndexAnswerShardFn(version_dir, worker_config(cfg), spec, artifact_sha,
                                       progress_every_s=5.0 if progress else 0.0, trace=trace),

@@ -22,6 +22,16 @@ class Question:
     metadata: Optional[dict[str, Any]] = None
     line: int = 0  # 1-based position in the input, for stable output order
 
+    def to_wire(self) -> tuple:
+        """A plain tuple for the shuffle by shard: Beam encodes it in about half the bytes of the
+        pickled dataclass, and an in-process runner holds every question of the file that way."""
+        return (self.line, self.id, self.question, self.acl, self.filters, self.metadata)
+
+    @classmethod
+    def from_wire(cls, t: tuple) -> "Question":
+        line, qid, question, acl, filters, metadata = t
+        return cls(id=qid, question=question, acl=acl, filters=filters, metadata=metadata, line=line)
+
 
 @dataclass(frozen=True)
 class InputError:
