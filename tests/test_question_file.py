@@ -8,8 +8,7 @@ import pytest
 
 import transforms.common.storage as storage
 import transforms.query.questions as questions_mod
-from transforms.query.question_file import QuestionFile, QuestionFileError, describe_question_file, \
-    inspect_question_file
+from transforms.query.question_file import QuestionFile, QuestionFileError, inspect_question_file
 from transforms.query.question_pieces import plan_pieces
 
 

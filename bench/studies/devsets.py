@@ -51,3 +51,11 @@ def squad_samples(ds, tune_size: int | None = 500) -> tuple[list[str], list[str]
     eval_ids = sample_ids(ds.queries, 500, 0)
     rest = sorted(set(ds.queries) - set(eval_ids))
     return eval_ids, (rest if tune_size is None else sample_ids(rest, tune_size, 1))
+
+
+def append_rows(path: str, rows: list[dict]) -> None:
+    """A study's result rows appended to its JSONL file (one line a variant per set)."""
+    import json
+    with open(path, "a") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")

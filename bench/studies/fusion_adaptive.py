@@ -19,7 +19,7 @@ import json
 
 import numpy as np
 
-from bench.studies.devsets import DEV_SETS, add_dev_set_args, iter_dev_sets
+from bench.studies.devsets import DEV_SETS, add_dev_set_args, append_rows, iter_dev_sets
 from transforms.evaluation import metrics as M
 from transforms.query.fuse import _scores_on, _valid, bm25_scores_for, normalise
 
@@ -92,9 +92,7 @@ def main(argv=None) -> None:
                     for beta in (0.1, 0.25, 0.5):
                         record(f"{how}-{a}-docagg-{beta}", [by_doc(f, beta) for f in fused])
         ev.close()
-    with open(args.out, "a") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+    append_rows(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from bench.studies.devsets import add_dev_set_args, iter_dev_sets
+from bench.studies.devsets import add_dev_set_args, append_rows, iter_dev_sets
 from transforms.evaluation import metrics as M
 from transforms.query.fuse import rrf_fuse
 from transforms.query.fuse import convex_fuse
@@ -93,9 +93,7 @@ def main(argv=None) -> None:
                             rankings.append([c for c, _ in fused])
                         record(f"cc-{norm}-{fill}-{a}", rankings, bm25=tag, alpha=a, norm=norm, fill=fill)
         ev.close()
-    with open(args.out, "a") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+    append_rows(args.out, rows)
 
 
 if __name__ == "__main__":
