@@ -161,6 +161,14 @@ class ArtifactConfig(_Strict):
 class IndexConfig(_Strict):
     """Versions of the index."""
     keep_versions: int = Field(3, ge=1, le=1000, description="versions kept (never the live one pruned)")
+    segment_max_chunks: int = Field(250_000, ge=1, description="chunks per segment at most: new rows are cut "
+                                    "into ceil(n / this) equal segments; an answer worker holds one segment")
+    merge_factor: int = Field(8, ge=2, le=100, description="tiered merge: once a size tier holds this many "
+                              "segments (below half segment_max_chunks) they are merged into one")
+    merge_floor_chunks: int = Field(10_000, ge=1, description="tiered merge: segments up to this size are all "
+                                    "one tier; tiers above grow by merge_factor")
+    merge_max_deleted_fraction: float = Field(0.3, gt=0, le=1, description="a segment whose tombstones exceed "
+                                              "this fraction of its rows is rewritten without them")
 
 
 class RetrieveConfig(_Strict):

@@ -31,7 +31,7 @@ from configs.schema import Config
 from pipelines.options import pipeline_options
 from transforms.ingest.embed import model_spec_from_config
 from transforms.index.publish import resolve_index
-from transforms.query.index_cache import CachedIndexAnswerShardFn
+from transforms.query.answer_stage import AnswerShardFn
 from transforms.query.question_pieces import plan_pieces, read_piece, shards_for
 from transforms.query.records import AnswerRecord, Question
 from transforms.query.shard_writer import ShardWriter
@@ -87,10 +87,15 @@ class AnswerShardToPartFn(beam.DoFn):
         self.answer_fn.teardown()
 
     def process(self, element):
-        shard, records = element
+        shard, payload = element
+        if isinstance(payload, dict):  # scattered over segments: the shard's questions and every segment's hits
+            (records, questions), = payload["questions"]
+            stream = self.answer_fn.with_hits(records, questions, list(payload["hits"]))
+        else:
+            stream = self.answer_fn.answer_in_order(payload)
         path = part_path(self.parts_dir, shard, self.shards, self.fmt)
         with ShardWriter(path, self.fmt, with_trace=self.trace) as w:
-            for rec in self.answer_fn.answer_in_order(records):
+            for rec in stream:
                 w.write(rec.to_row())
         self._written = getattr(self, "_written", 0) + 1
         kill_point(f"after_shard:{self._written}")  # tests: a real crash between two shard writes
@@ -183,12 +188,6 @@ def worker_config(cfg: Config) -> Config:
                                                                   "secret_access_key": None})})
 
 
-def _workers_on_this_host(cfg: Config, beam_args: Optional[list[str]]) -> bool:
-    """The in-process runners share this host's index cache, so the driver may fill it."""
-    local = cfg.runner.name in ("DirectRunner", "FnApiRunner")
-    return local and not any(a.startswith("--runner") for a in beam_args or [])
-
-
 def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress: bool = True,
                beam_args: Optional[list[str]] = None, log=print, overwrite: bool = False,
                trace: bool = False) -> dict:
@@ -220,12 +219,10 @@ def _run_answer(cfg: Config, index: str, qfile, output: str, *, progress: bool,
     questions = qfile.uri
     spec = model_spec_from_config(cfg)
     from transforms.query.engine import check_model
+    from transforms.query.version_segments import VersionSegments
     manifest = json.loads(storage.read_text(storage.join(version_dir, "manifest.json")))
     check_model(manifest, spec)  # refuse before any work, not in every worker
-    artifact_sha = (manifest.get("artifact") or {}).get("sha256")
-    if is_s3(version_dir) and _workers_on_this_host(cfg, beam_args):
-        from transforms.query.index_cache import local_index_copy
-        local_index_copy(version_dir, artifact_sha)  # a bad artifact: one line here, not a Beam traceback
+    n_segments = len(VersionSegments(version_dir, manifest))  # a version from before segments: one line here
     s3 = s3_settings(cfg)
     # byte ranges / row groups, read inside the pipeline
     pieces, n_lines = plan_pieces(qfile, s3, max_line_bytes=cfg.questions.max_line_bytes)
@@ -244,20 +241,31 @@ def _run_answer(cfg: Config, index: str, qfile, output: str, *, progress: bool,
             return shard_of(rec.id, shards), rec.to_wire()
         return shard_of(f"line:{rec.line}", shards), rec
 
+    wcfg, every_s = worker_config(cfg), 5.0 if progress else 0.0
     with beam.Pipeline(options=pipeline_options(cfg, beam_args)) as p:
-        (p
-         | "QuestionPieces" >> beam.Create(pieces)
-         | "SpreadPieces" >> beam.Reshuffle()
-         | "ReadQuestions" >> beam.FlatMap(lambda piece: read_piece(piece, s3=s3))
-         | "KeyByShard" >> beam.Map(keyed)
-         | "SkipWrittenShards" >> beam.Filter(lambda kv: kv[0] not in done)
-         | "GroupByShard" >> beam.GroupByKey()
-         | "OrderAndDedupe" >> beam.MapTuple(lambda s, recs: (s, order_and_dedupe(
-             [Question.from_wire(r) if isinstance(r, tuple) else r for r in recs])))
-         | "AnswerAndWriteShard" >> beam.ParDo(AnswerShardToPartFn(
-             CachedIndexAnswerShardFn(version_dir, worker_config(cfg), spec, artifact_sha,
-                                      progress_every_s=5.0 if progress else 0.0, trace=trace),
-             parts_dir, shards, fmt, trace=trace)))
+        by_shard = (p
+                    | "QuestionPieces" >> beam.Create(pieces)
+                    | "SpreadPieces" >> beam.Reshuffle()
+                    | "ReadQuestions" >> beam.FlatMap(lambda piece: read_piece(piece, s3=s3))
+                    | "KeyByShard" >> beam.Map(keyed)
+                    | "SkipWrittenShards" >> beam.Filter(lambda kv: kv[0] not in done)
+                    | "GroupByShard" >> beam.GroupByKey()
+                    | "OrderAndDedupe" >> beam.MapTuple(lambda s, recs: (s, order_and_dedupe(
+                        [Question.from_wire(r) if isinstance(r, tuple) else r for r in recs]))))
+        if n_segments == 1:  # one segment: search and answer in one step
+            answer_fn = AnswerShardFn(version_dir, wcfg, spec, progress_every_s=every_s, trace=trace)
+            to_answer = by_shard
+        else:  # scatter (shard x segment), gather per shard (transforms/query/scatter_gather.py)
+            from transforms.query.scatter_gather import EmbedQuestionsFn, GatheredAnswerFn, SearchSegmentFn, scatter
+            embedded = by_shard | "EmbedQuestions" >> beam.ParDo(EmbedQuestionsFn(wcfg, spec))
+            hits = (embedded
+                    | "ScatterToSegments" >> beam.FlatMap(scatter, n_segments)
+                    | "GroupBySegment" >> beam.GroupByKey()
+                    | "SearchSegment" >> beam.ParDo(SearchSegmentFn(version_dir, wcfg)))
+            to_answer = ({"questions": embedded, "hits": hits} | "GatherHits" >> beam.CoGroupByKey())
+            answer_fn = GatheredAnswerFn(version_dir, wcfg, spec, progress_every_s=every_s, trace=trace)
+        to_answer | "AnswerAndWriteShard" >> beam.ParDo(AnswerShardToPartFn(answer_fn, parts_dir, shards, fmt,
+                                                                            trace=trace))
     stats = counters(p.result)
     n, whole = join_parts(parts_dir, output, fmt, shards)  # every shard, also an earlier run's
     summary = {"questions_written": n, "answered": whole["answered"],

@@ -256,7 +256,7 @@ def run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool = T
 def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
                beam_args: Optional[list[str]], log, lock=None, scratch: Optional[str] = None) -> dict:
     from transforms.index.manifest import reconcile, write_run_outputs
-    from transforms.index.build import build_version_artifact
+    from pipelines.segments import prune_segments, segment_version
 
     started = time.monotonic()
     spec = model_spec_from_config(cfg)
@@ -294,9 +294,14 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
         dead = stats.get("read_errors", 0) + stats.get("dead_lettered_parse", 0)
         raise NoChunksError(f"no chunks to index from {input_uri}: {len(plan.listed)} objects, "
                             f"{dead} dead-lettered (reasons in {out_dir}/dead_letters); nothing published")
-    artifact = build_version_artifact(work_dir, cfg, spec) if cfg.artifacts.build else {}
-    if artifact:
-        artifact["sha256"] = storage.sha256_file(os.path.join(work_dir, "index.duckdb"))
+    segmented = {}
+    if cfg.artifacts.build:  # segments: built by workers, unchanged ones reused (pipelines/segments.py)
+        segmented = segment_version(index_dir, work_dir, out_dir, cfg, spec,
+                                    plan.live.manifest if plan.live else None, beam_args=beam_args, log=log)
+    artifact = {k: segmented[k] for k in ("artifact_s", "plan_s", "build_s", "stats_s")} if segmented else {}
+    if segmented:
+        artifact.update(segments=len(segmented["segments"]), rows=sum(s["live"] for s in segmented["segments"]),
+                        **{k: v for k, v in segmented["segment_plan"].items() if k != "built_ids"})
     kill_point("after_artifact")
     summary = reconcile(stats, listed=len(plan.listed), skipped=len(plan.skipped))
     summary.update(changes)
@@ -306,7 +311,8 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
                    pipeline_s=round(pipeline_s, 2), artifact=artifact,
                    previous_version=os.path.basename(plan.live.version_dir) if plan.live else None)
     versions = current_versions(cfg, spec)
-    write_run_outputs(work_dir, cfg, spec, summary, versions=versions, processing_key=processing_key(versions))
+    write_run_outputs(work_dir, cfg, spec, summary, versions=versions, processing_key=processing_key(versions),
+                      segmented=segmented)
     if not summary["balanced"]:  # an element went missing somewhere: publishing would hide the loss
         raise UnbalancedRun(summary)
     # The eval gate (if configured) decides before anything becomes visible.
@@ -315,7 +321,7 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
     if gate is not None:
         summary["gate"] = gate
         write_run_outputs(work_dir, cfg, spec, summary, versions=versions,
-                          processing_key=processing_key(versions))
+                          processing_key=processing_key(versions), segmented=segmented)
         if not gate["passed"]:
             raise GateFailed(gate, summary)
     if remote:
@@ -327,6 +333,7 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
     # Commit after success: the new vectors join the cache only now.
     summary["cache_files_added"] = commit_new_entries(publish.version_dir(index_dir, version), cache_dir, version)
     summary["pruned"] = publish.prune(index_dir, cfg.index.keep_versions)
+    summary["pruned_segments"] = len(prune_segments(index_dir, publish.list_versions(index_dir)))
     return summary
 
 

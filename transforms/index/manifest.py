@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import platform
+from typing import Optional
 
 from configs.schema import Config
 from transforms.common import storage
@@ -54,7 +55,9 @@ def reconcile(counters: dict[str, int], listed: int, skipped: int = 0) -> dict:
 
 
 def write_run_outputs(version_dir: str, cfg: Config, spec: ModelSpec, summary: dict,
-                      versions: dict, processing_key: str) -> None:
+                      versions: dict, processing_key: str, segmented: Optional[dict] = None) -> None:
+    """manifest.json and summary.json; `segmented` (pipelines/segments.py) gives the version's
+    segments, in order, and its corpus-wide BM25 statistics."""
     manifest = {
         "version": summary["version"],
         "model": model_record(spec),
@@ -66,6 +69,10 @@ def write_run_outputs(version_dir: str, cfg: Config, spec: ModelSpec, summary: d
         "artifact": summary.get("artifact", {}),
         "python": platform.python_version(),
     }
+    if segmented:
+        manifest["segments"] = segmented["segments"]
+        manifest["bm25"] = segmented["bm25"]
+        manifest["tombstones"] = sum(s["deleted"] for s in segmented["segments"])
     storage.write_json(os.path.join(version_dir, "manifest.json"), manifest)
     storage.write_json(os.path.join(version_dir, "summary.json"), summary)
 
@@ -113,6 +120,7 @@ def format_summary(s: dict) -> str:
         f"  ({docs_rate:.1f} objects/s, {rate:.1f} chunks/s)",
     ]
     if a:
-        lines.append(f"artifact     {a.get('rows')} rows, build {a.get('build_s')} s,"
-                     f" HNSW recall@10 vs exact {a.get('hnsw_recall_at_10')}")
+        lines.append(f"segments     {a.get('segments')} listed ({a.get('reused', 0)} reused, {a.get('built', 0)} built,"
+                     f" {a.get('merged', 0)} merged, {a.get('tombstones', 0)} tombstones), {a.get('rows')} live rows,"
+                     f" {a.get('artifact_s')} s")
     return "\n".join(lines)

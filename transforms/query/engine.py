@@ -1,8 +1,9 @@
-"""The answer job's per-batch stage: embed -> dense + BM25 -> fuse -> rerank -> answer.
+"""The answer job's per-batch stage: embed -> dense + BM25 per segment -> gather -> fuse -> rerank -> answer.
 
-`QAEngine` is plain and testable: it opens one index version read-only, loads
-the dense matrix and the BM25 postings once, and answers a batch of questions
-with one matrix product per retriever. `AnswerShardFn` wraps it for Beam.
+`QAEngine` is plain and testable: it opens one index version's segments memory-mapped
+(transforms/query/segment_search.py searches each with one matrix product per retriever),
+gathers their hits per question and answers. `AnswerSide` is the part after the gather,
+which the Beam answer job runs on its own when it scatters the search over segments.
 """
 from __future__ import annotations
 
@@ -15,16 +16,12 @@ from typing import Optional
 import numpy as np
 
 from transforms.common.errors import ActionableError
-from transforms.index.artifacts import open_artifact, read_meta
 from transforms.ingest.embed import Embedder, ModelSpec
-from transforms.ingest.sentvec import SentenceStore
-from transforms.query.chunkstore import ChunkTable
 from transforms.query.extract import SentenceAnswerer, question_form
-from transforms.query.fuse import bm25_scores_for, convex_fuse, rrf_fuse
+from transforms.query.fuse import convex_fuse, rrf_fuse
 from transforms.query.records import AnswerRecord, Candidate, Question
 from transforms.records import record_id_of
 from transforms.query.rerank import VectorCache
-from transforms.query.retrieve import BM25Index, DenseIndex, FilterMasks, choose_dense_mode, search_hnsw
 
 
 class IndexMismatchError(ActionableError):
@@ -56,33 +53,30 @@ def check_model(manifest: dict, spec: ModelSpec) -> None:
             f"{spec.profile_name}: {differ} (index vs config); re-index or use the index's embed.profile")
 
 
-class QAEngine:
-    def __init__(self, version_dir: str, cfg, spec: ModelSpec, embedder: Optional[Embedder] = None):
+class AnswerSide:
+    """Everything after the first stage, over a version's segments: fusion of the gathered lists,
+    candidate rows, rerank, answer and records. The Beam answer job runs it on the gather side;
+    QAEngine (below) adds the segment searchers for a whole version in one process."""
+
+    def __init__(self, version_dir: str, cfg, spec: ModelSpec, embedder: Optional[Embedder] = None,
+                 manifest: Optional[dict] = None):
+        from transforms.common import storage
+        from transforms.index.artifacts import connect
+        from transforms.index.bm25 import Analyzer
+        from transforms.index.segments import BM25_STEMMER
         from transforms.query.answer import GeneratorAnswerer
         from transforms.query.extract import EVIDENCE_MODEL, SentenceParams
         from transforms.query.rerank import make_reranker
+        from transforms.query.version_segments import VersionSegments
 
-        with open(os.path.join(version_dir, "manifest.json"), encoding="utf-8") as f:
-            self.manifest = json.load(f)
+        self.manifest = manifest or json.loads(storage.read_text(storage.join(version_dir, "manifest.json")))
         check_model(self.manifest, spec)
         self.version = self.manifest["version"]
         self.cfg = cfg
-        self.con = open_artifact(os.path.join(version_dir, "index.duckdb"), read_only=True,
-                                 ef_search=cfg.artifacts.hnsw.ef_search)
-        self.meta = read_meta(self.con)
-        self.dense = DenseIndex.from_artifact(self.con)
-        self.dense_mode = choose_dense_mode(self.dense.n, cfg.retrieve.mode)
-        if self.dense_mode == "hnsw" and not self.meta.get("hnsw", True):
-            self.dense_mode = "exact"  # built without the index (index-time mode): exact is the same answer
-        self.bm25 = BM25Index(self.con, k1=cfg.retrieve.bm25_k1, b=cfg.retrieve.bm25_b)
-        self.masks = FilterMasks(self.con)
-        # Loaded once: the rows answers show and quote (no DuckDB query per batch), and the
-        # index-time sentence vectors (None for an index built before them: the answerer then
-        # embeds those chunks' sentences at answer time).
-        self.chunks = ChunkTable.from_artifact(self.con)
-        self.sentences = SentenceStore.from_artifact(self.con)
-        self.doc_ids = self.chunks.doc_id  # chunk_no -> doc_id, for document rankings
-        self.chunk_ids = np.asarray(self.chunks.table.column("chunk_id").to_pylist(), dtype=object)
+        self.segments = VersionSegments(version_dir, self.manifest)
+        self.num_docs = self.segments.num_docs
+        self._stem_con = connect(":memory:")  # the fts stemmer, for the query analysis
+        self.analyzer = Analyzer(self._stem_con, BM25_STEMMER)
         self.embedder = embedder or Embedder(spec)
         # Sentence vectors shared across batches: questions hitting the same chunks reuse
         # them. ~1.5 KB a sentence, so 200k entries stay near 300 MB before a reset.
@@ -102,7 +96,7 @@ class QAEngine:
         # may see, i.e. its top_chunks, or the reranker's whole head when a reranker reorders it
         self.scored_head = a.top_chunks if r.kind == "none" else max(a.top_chunks, r.top_n)
         if a.kind == "extractive":
-            self.answerer = SentenceAnswerer(self.embedder, self.sentences, SentenceParams(
+            self.answerer = SentenceAnswerer(self.embedder, self.segments.sentences, SentenceParams(
                 max_sentences=a.max_sentences, top_chunks=a.top_chunks, threshold=a.evidence_threshold, gap=a.gap,
                 conflict_gap=a.conflict_gap,
                 lexical_weight=a.lexical_weight, rank_weight=a.rank_weight, mmr_lambda=a.mmr_lambda,
@@ -111,70 +105,56 @@ class QAEngine:
                 call_lexical=a.call_lexical, call_chunks=a.call_chunks,
                 evidence_lexical_weight=a.evidence_lexical_weight,
                 evidence_model=EVIDENCE_MODEL if a.evidence == "model" else None))
-            if a.lexical_idf:
-                self.answerer.set_idf(self.chunks.table.column("text").to_pylist())
         else:
             self.answerer = GeneratorAnswerer(_chat_client(a), max_sources=a.top_chunks)
 
     def close(self) -> None:
-        self.con.close()
+        self._stem_con.close()
 
     # --- the stages -------------------------------------------------------------------
 
-    def allowed(self, questions: list[Question]) -> np.ndarray:
-        """Each question's ACL/filter mask (one shared mask when all are alike)."""
-        masks = [self.masks.get(q.acl, q.filters) for q in questions]
-        return masks[0] if all(m is masks[0] for m in masks) else np.stack(masks)
+    def analyze(self, texts: list[str]) -> tuple[list[list[str]], list[set]]:
+        """Per question: its distinct analysed BM25 terms (sorted) and its content words."""
+        from transforms.query.extract import content_words
+        terms = [sorted(set(t)) for t in self.analyzer.analyze(texts)]
+        return terms, [content_words(t) for t in texts]
 
-    def search(self, texts: list[str], allowed, qvecs: Optional[np.ndarray] = None, *,
-               dense_n: Optional[int] = None, bm25_n: Optional[int] = None) -> list[Rankings]:
-        """First stage per question: dense and BM25 top lists (filters applied inside each
-        search) and their fusion, as (chunk_no, score) lists."""
-        rc = self.cfg.retrieve
-        if qvecs is None:
-            qvecs = self.embedder.encode_queries(texts)
-        dense_n, bm25_n = dense_n or rc.dense_top_n, bm25_n or rc.bm25_top_n
-        if self.dense_mode == "exact":
-            d_scores, d_ids = self.dense.search(qvecs, dense_n, allowed)
-        else:
-            d_scores, d_ids = search_hnsw(self.con, qvecs, dense_n, allowed)
-        terms, bounds = self.bm25.analyze(texts)  # one analysis for the search, the fill and the bound
-        b_scores, b_ids = self.bm25.search(texts, bm25_n, allowed, terms=terms)
+    def rankings(self, gathered: list, qvecs: np.ndarray, terms: list[list[str]]) -> list["Rankings"]:
+        """Each question's dense, BM25 and fused lists from its gathered hits (segment_search.gather)."""
         qn = qvecs / np.clip(np.linalg.norm(qvecs, axis=1, keepdims=True), 1e-12, None)
         out = []
-        for j in range(len(texts)):
-            dense = [(int(i), float(s)) for i, s in zip(d_ids[j], d_scores[j]) if i >= 0]
-            bm25 = [(int(i), float(s)) for i, s in zip(b_ids[j], b_scores[j]) if i >= 0]
-            fused = self.fuse(d_ids[j], d_scores[j], b_ids[j], b_scores[j], qvec=qn[j], terms=terms[j],
-                              bm25_bound=float(bounds[j]))
-            out.append(Rankings(dense, bm25, [(int(c), float(s)) for c, s in fused],
-                                qvec=qn[j], terms=terms[j], bm25_bound=float(bounds[j])))
+        for j, g in enumerate(gathered):
+            fused = self.fuse(g, qn[j])
+            out.append(Rankings(g.dense, g.bm25, fused, qvec=qn[j], terms=terms[j], bm25_bound=g.bm25_bound,
+                                cos_of=g.cos_of, bm25_of=g.bm25_of, word_df=g.word_df))
         return out
 
-    def fuse(self, d_ids, d_scores, b_ids, b_scores, top_n: Optional[int] = None,
-             qvec: Optional[np.ndarray] = None, terms: Optional[np.ndarray] = None,
-             bm25_bound: Optional[float] = None) -> list[tuple[int, float]]:
-        """One question's fused ranking [(chunk_no, score)] from its dense and BM25 lists
+    def fuse(self, g, qvec: Optional[np.ndarray] = None, top_n: Optional[int] = None) -> list[tuple[int, float]]:
+        """One question's fused ranking [(chunk_no, score)] from its gathered lists
         (retrieve.fusion). Convex fusion takes each retriever's top dense_top_n / bm25_top_n
         (so a deeper list, the eval's, fuses exactly what the answer job fuses) and scores a
-        chunk missing from one list exactly on that side (the cosine; the BM25 sum over the
-        question's term ids)."""
+        chunk missing from one list exactly on that side (both scores travel with every hit)."""
         rc = self.cfg.retrieve
+        d_ids = np.array([c for c, _ in g.dense], np.int64)
+        d_s = np.array([s for _, s in g.dense], np.float64)
+        b_ids = np.array([c for c, _ in g.bm25], np.int64)
+        b_s = np.array([s for _, s in g.bm25], np.float64)
         if rc.fusion == "convex":
             nd, nb = rc.dense_top_n, rc.bm25_top_n
-            dfill = (lambda c: self.dense.matrix[c] @ qvec) if qvec is not None else None
-            bfill = (lambda c: bm25_scores_for(self.bm25, terms, c)) if terms is not None else None
-            return convex_fuse(d_ids[:nd], d_scores[:nd], b_ids[:nb], b_scores[:nb], alpha=rc.fusion_alpha,
-                               norm=rc.fusion_norm, top_n=top_n, dense_fill=dfill, bm25_fill=bfill,
-                               bm25_bound=bm25_bound)
-        return rrf_fuse({"dense": [int(i) for i in d_ids if i >= 0], "bm25": [int(i) for i in b_ids if i >= 0]},
+            cos_of, bm_of = g.cos_of, g.bm25_of
+            return convex_fuse(d_ids[:nd], d_s[:nd], b_ids[:nb], b_s[:nb], alpha=rc.fusion_alpha,
+                               norm=rc.fusion_norm, top_n=top_n,
+                               dense_fill=lambda cs: np.array([cos_of[int(c)] for c in cs]),
+                               bm25_fill=lambda cs: np.array([bm_of[int(c)] for c in cs]),
+                               bm25_bound=g.bm25_bound)
+        return rrf_fuse({"dense": [int(i) for i in d_ids], "bm25": [int(i) for i in b_ids]},
                         k=rc.rrf_k, weights={"dense": rc.dense_weight, "bm25": rc.bm25_weight}, top_n=top_n)
 
-    def candidates(self, rankings: list[Rankings]) -> list[list[Candidate]]:
+    def candidates(self, rankings: list["Rankings"]) -> list[list[Candidate]]:
         """The fused head (retrieve.fused_top_n) of each question as Candidates with scores."""
         n = self.cfg.retrieve.fused_top_n
         wanted = sorted({c for r in rankings for c, _ in r.fused[:n]})
-        by_no = {c.chunk_no: c for c in self.chunks.candidates(wanted)}
+        by_no = {c.chunk_no: c for c in self.segments.candidates(wanted)}
         out = []
         for r in rankings:
             dense_rank = {c: i for i, (c, _) in enumerate(r.dense, 1)}
@@ -191,18 +171,14 @@ class QAEngine:
 
     def absolute_scores(self, r: "Rankings", chunk_nos: np.ndarray) -> tuple[list, list]:
         """Per chunk: its cosine with the question and its BM25 score over the question's best
-        possible (BM25Index.bound), i.e. scores that mean the same for every question (the
-        answerer's evidence model uses them to tell answerable questions from the rest)."""
+        possible, i.e. scores that mean the same for every question (the answerer's evidence
+        model uses them to tell answerable questions from the rest)."""
         if r.qvec is None or not len(chunk_nos):
             return [None] * len(chunk_nos), [None] * len(chunk_nos)
-        cos = self.dense.matrix[chunk_nos] @ r.qvec
         bound = r.bm25_bound or 0.0
-        bm = bm25_scores_for(self.bm25, r.terms, chunk_nos) / bound if bound > 0 else np.zeros(len(chunk_nos))
-        return [float(x) for x in cos], [float(x) for x in bm]
-
-    def retrieve(self, questions: list[Question]) -> list[list[Candidate]]:
-        """Fused first-stage candidates per question."""
-        return self.candidates(self.search([q.question for q in questions], self.allowed(questions)))
+        cos = [float(r.cos_of[int(c)]) for c in chunk_nos]
+        bm = [float(r.bm25_of[int(c)] / bound) if bound > 0 else 0.0 for c in chunk_nos]
+        return cos, bm
 
     def ranked_docs(self, head: list[Candidate], fused: list[tuple[int, float]], k: int = 10) -> list[dict]:
         """The final document ranking: reranked head, then the rest of the fused list, each
@@ -212,8 +188,9 @@ class QAEngine:
         order = [(c.chunk_no, c.final_score) for c in head]
         in_head = {c for c, _ in order}
         order += [(c, s) for c, s in fused if c not in in_head]
+        doc_of = dict(zip([c for c, _ in order], self.segments.column("doc_id", [c for c, _ in order])))
         for c, s in order:
-            d = self.doc_ids[c]
+            d = doc_of[c]
             if d not in seen:
                 seen.add(d)
                 out.append({"rank": len(out) + 1, "doc_id": d, "score": round(float(s), 6)})
@@ -224,27 +201,22 @@ class QAEngine:
                     break
         return out
 
-    def run(self, questions: list[Question], top_k: int, *, trace: bool = False,
-            allowed=None, qvecs: Optional[np.ndarray] = None) -> list[AnswerRecord]:
-        """The whole engine for a batch: the one code path behind `ragbeam answer`,
-        `ragbeam eval` and the publish gate. `allowed` overrides the questions' own masks
-        (evaluation hides gold documents this way)."""
-        t = [time.perf_counter()]
+    def finish(self, questions: list[Question], qvecs: np.ndarray, rankings: list["Rankings"], top_k: int, *,
+               trace: bool = False, t: Optional[list] = None) -> list[AnswerRecord]:
+        """From first-stage rankings to answer records: candidates, rerank, answer."""
+        t = t if t is not None else [time.perf_counter()] * 2
         texts = [q.question for q in questions]
-        if qvecs is None:
-            qvecs = self.embedder.encode_queries(texts)
-        t.append(time.perf_counter())
-        rankings = self.search(texts, self.allowed(questions) if allowed is None else allowed, qvecs)
         cands = self.candidates(rankings)
         t.append(time.perf_counter())
         head_n = self.cfg.rerank.top_n
         # Reranker and answerer share one sentence-vector cache: each sentence is embedded once.
         heads = self.reranker.rerank(texts, [c[:head_n] for c in cands], cache=self.sentence_vectors)
         t.append(time.perf_counter())
+        self._set_idf(rankings)
         results = self.answer(texts, heads, qvecs)
         t.append(time.perf_counter())
         ms = {name: round((t[i + 1] - t[i]) * 1000 / max(1, len(questions)), 3)
-              for i, name in enumerate(("embed", "retrieve", "rerank", "answer"))}
+              for i, name in enumerate(("embed", "retrieve", "rerank", "answer")) if i + 1 < len(t)}
         out = []
         for q, r, head, tail, res in zip(questions, rankings, heads, cands, results):
             ranked = head + tail[head_n:]  # the reranker reorders the head; the fused tail follows
@@ -265,6 +237,19 @@ class QAEngine:
             out.append(rec)
         return out
 
+    def _set_idf(self, rankings: list["Rankings"]) -> None:
+        """The answerer's lexical idf for this batch's question words, from the live chunks' word
+        df gathered over every segment (the same values one idf over all chunk texts gives)."""
+        if not (isinstance(self.answerer, SentenceAnswerer) and self.cfg.answer.lexical_idf):
+            return
+        n = self.num_docs
+        idf: dict[str, float] = {}
+        for r in rankings:
+            for w, c in (r.word_df or {}).items():
+                idf[w] = float(np.log((n + 1) / (c + 0.5)))
+        self.answerer.idf = idf
+        self.answerer.idf_max = float(np.log((n + 1) / 0.5))
+
     def answer(self, texts: list[str], candidates: list[list[Candidate]], qvecs: np.ndarray):
         """The configured answerer; the extractive one reuses the question vectors of retrieval
         and the index-time sentence vectors, so a batch costs one model call."""
@@ -272,11 +257,9 @@ class QAEngine:
             return self.answerer.answer(texts, candidates, cache=self.sentence_vectors, qvecs=qvecs)
         return self.answerer.answer(texts, candidates, cache=self.sentence_vectors)
 
-    def answer_batch(self, questions: list[Question], top_k: int, trace: bool = False) -> list[AnswerRecord]:
-        return self.run(questions, top_k, trace=trace)
-
-    def _trace(self, r: Rankings, head: list[Candidate], ms: dict, question: str = "") -> dict:
-        ids = self.chunk_ids
+    def _trace(self, r: "Rankings", head: list[Candidate], ms: dict, question: str = "") -> dict:
+        nos = sorted({c for c, _ in r.dense[:20] + r.bm25[:20] + r.fused[:20]})
+        ids = dict(zip(nos, self.segments.column("chunk_id", nos)))
 
         def ranked(pairs, n=20):
             return [[ids[c], round(s, 6)] for c, s in pairs[:n]]
@@ -291,6 +274,94 @@ class QAEngine:
                 "ms_per_question": ms}
 
 
+class QAEngine(AnswerSide):
+    """A whole version in one process: every segment's searcher plus the answer side. The one
+    code path behind `ragbeam eval`, the publish gate, and the answer job on a one-segment index;
+    the answer job over several segments runs the same searchers and gather as Beam steps."""
+
+    def __init__(self, version_dir: str, cfg, spec: ModelSpec, embedder: Optional[Embedder] = None):
+        super().__init__(version_dir, cfg, spec, embedder)
+        self.searchers = [open_searcher(self.segments, i, cfg) for i in range(len(self.segments))]
+        self.masks = _GlobalMasks(self.searchers)
+
+    @property
+    def doc_ids(self) -> np.ndarray:
+        """chunk_no -> doc_id over the whole version (evaluation's document rankings)."""
+        return np.array([d for s in self.searchers for d in s.seg.rows.column("doc_id").to_pylist()], dtype=object)
+
+    def allowed(self, questions: list[Question]) -> np.ndarray:
+        """Each question's ACL/filter mask over the whole version (one shared mask when all are alike)."""
+        masks = [self.masks.get(q.acl, q.filters) for q in questions]
+        return masks[0] if all(m is masks[0] for m in masks) else np.stack(masks)
+
+    def search(self, texts: list[str], allowed=None, qvecs: Optional[np.ndarray] = None, *,
+               dense_n: Optional[int] = None, bm25_n: Optional[int] = None,
+               access: Optional[list] = None) -> list["Rankings"]:
+        """First stage per question over every segment: dense and BM25 top lists (filters applied
+        inside each search), gathered and fused. `allowed`: masks over the whole version (given by
+        evaluation), else `access` (acl groups, filters) per question, else public only."""
+        from transforms.query.segment_search import gather
+        rc = self.cfg.retrieve
+        if qvecs is None:
+            qvecs = self.embedder.encode_queries(texts)
+        dense_n, bm25_n = dense_n or rc.dense_top_n, bm25_n or rc.bm25_top_n
+        terms, words = self.analyze(texts)
+        qn = qvecs / np.clip(np.linalg.norm(qvecs, axis=1, keepdims=True), 1e-12, None)
+        per_seg = [s.search(terms, words, qn, dense_n, bm25_n, access=access, allowed=allowed) for s in self.searchers]
+        gathered = [gather([hits[j] for hits in per_seg], terms[j], dense_n, bm25_n, self.num_docs)
+                    for j in range(len(texts))]
+        return self.rankings(gathered, qvecs, terms)
+
+    def retrieve(self, questions: list[Question]) -> list[list[Candidate]]:
+        """Fused first-stage candidates per question."""
+        return self.candidates(self.search([q.question for q in questions],
+                                           access=[(q.acl, q.filters) for q in questions]))
+
+    def run(self, questions: list[Question], top_k: int, *, trace: bool = False,
+            allowed=None, qvecs: Optional[np.ndarray] = None) -> list[AnswerRecord]:
+        """The whole engine for a batch. `allowed` overrides the questions' own masks
+        (evaluation hides gold documents this way)."""
+        t = [time.perf_counter()]
+        texts = [q.question for q in questions]
+        if qvecs is None:
+            qvecs = self.embedder.encode_queries(texts)
+        t.append(time.perf_counter())
+        rankings = self.search(texts, allowed, qvecs, access=None if allowed is not None
+                               else [(q.acl, q.filters) for q in questions])
+        return self.finish(questions, qvecs, rankings, top_k, trace=trace, t=t)
+
+    def answer_batch(self, questions: list[Question], top_k: int, trace: bool = False) -> list[AnswerRecord]:
+        return self.run(questions, top_k, trace=trace)
+
+
+def open_searcher(segments, i: int, cfg):
+    """Segment i of a version as a SegmentSearcher under the version's statistics."""
+    from transforms.query.segment_search import SegmentSearcher
+    df, dead = segments.stats(i)
+    return SegmentSearcher(segments.segment(i), int(segments.offsets[i]), df, dead, segments.num_docs,
+                           segments.avgdl, k1=cfg.retrieve.bm25_k1 or 1.2, b=cfg.retrieve.bm25_b or 0.75)
+
+
+class _GlobalMasks:
+    """Access masks over the whole version: each segment's, side by side."""
+
+    def __init__(self, searchers):
+        self.searchers = searchers
+        self._cache: dict = {}
+
+    def get(self, acl_groups=None, metadata_filters=None) -> np.ndarray:
+        key = (tuple(sorted(set(acl_groups or []))), json.dumps(metadata_filters or {}, sort_keys=True, default=str))
+        m = self._cache.get(key)
+        if m is None:
+            if len(self._cache) >= 256:
+                self._cache.clear()
+            parts = [s.mask(list(key[0]), metadata_filters) for s in self.searchers]
+            m = np.concatenate(parts) if parts else np.zeros(0, bool)
+            m.setflags(write=False)
+            self._cache[key] = m
+        return m
+
+
 def _round(x: Optional[float]) -> Optional[float]:
     return None if x is None else round(float(x), 6)
 
@@ -302,8 +373,11 @@ class Rankings:
     bm25: list[tuple[int, float]]
     fused: list[tuple[int, float]]
     qvec: Optional[np.ndarray] = field(default=None, repr=False)  # the unit question vector
-    terms: Optional[np.ndarray] = field(default=None, repr=False)  # its distinct BM25 term ids
-    bm25_bound: Optional[float] = None  # its best possible BM25 score (BM25Index.bounds)
+    terms: Optional[list] = field(default=None, repr=False)  # its distinct analysed BM25 terms
+    bm25_bound: Optional[float] = None  # its best possible BM25 score (segment_search.gather)
+    cos_of: dict = field(default_factory=dict, repr=False)  # chunk_no -> cosine, every gathered hit
+    bm25_of: dict = field(default_factory=dict, repr=False)  # chunk_no -> BM25 score, every gathered hit
+    word_df: dict = field(default_factory=dict, repr=False)  # question word -> live chunks holding it
 
 
 def _chat_client(a):

@@ -1,0 +1,110 @@
+"""Where a segment's files are read from: the index itself, or a per-host cache of it.
+
+A local index is read in place (INDEX/segments/<id>/). From object storage each host copies a
+segment once into `<cache>/segments/<id>/` (RAGBEAM_INDEX_CACHE_DIR, else ~/.cache/ragbeam/indexes),
+verifies every file against the sha256 that segment.json records, and the segment.json against
+the sha256 the version's manifest records; every later version listing the same segment id
+reuses the copy (segments are immutable), so a nightly costs an answer host only the segments
+it lacks. A file lock serialises the worker processes of one host.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+from typing import Optional
+
+from transforms.common import storage
+from transforms.common.errors import ActionableError
+from transforms.common.s3 import is_s3
+from transforms.index.segments import META_FILE, SEGMENTS_DIR, verify_files
+
+ENV_CACHE_DIR = "RAGBEAM_INDEX_CACHE_DIR"
+
+
+class SegmentMismatch(ActionableError):
+    pass
+
+
+def cache_root() -> str:
+    return os.environ.get(ENV_CACHE_DIR) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ragbeam", "indexes")
+
+
+def index_of_version(version_dir: str) -> str:
+    """INDEX for INDEX/versions/<v> (or INDEX/staging/<v>)."""
+    return version_dir.rstrip("/").rsplit("/", 2)[0]
+
+
+def segment_uri(index_dir: str, sid: str) -> str:
+    return storage.join(index_dir, SEGMENTS_DIR, sid)
+
+
+@contextlib.contextmanager
+def _host_lock(path: str):
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def local_segment(index_dir: str, sid: str, meta_sha256: Optional[str] = None,
+                  root: Optional[str] = None) -> str:
+    """A local directory holding segment `sid` of index_dir, verified when it was copied."""
+    if not is_s3(index_dir):
+        return segment_uri(index_dir, sid)
+    root = os.path.join(root or cache_root(), SEGMENTS_DIR)
+    os.makedirs(root, exist_ok=True)
+    local = os.path.join(root, sid)
+    done = os.path.join(local, ".verified")
+    with _host_lock(local + ".lock"):
+        if os.path.exists(done) and _meta_sha(local) == (meta_sha256 or _meta_sha(local)):
+            return local
+        tmp = local + f".download-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        src = segment_uri(index_dir, sid)
+        os.makedirs(tmp)
+        storage.download_file(storage.join(src, META_FILE), os.path.join(tmp, META_FILE))
+        if meta_sha256 and storage.sha256_file(os.path.join(tmp, META_FILE)) != meta_sha256:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise SegmentMismatch(f"{src}/{META_FILE}: sha256 differs from the manifest's {meta_sha256}")
+        with open(os.path.join(tmp, META_FILE), encoding="utf-8") as f:
+            files = json.load(f).get("files", {})
+        for name in files:
+            storage.download_file(storage.join(src, name), os.path.join(tmp, name))
+        problem = verify_files(tmp)
+        if problem:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise SegmentMismatch(f"{src}: {problem}")
+        shutil.rmtree(local, ignore_errors=True)
+        os.rename(tmp, local)
+        with open(done, "w", encoding="utf-8") as f:
+            f.write("ok\n")
+    return local
+
+
+def _meta_sha(local: str) -> Optional[str]:
+    try:
+        return storage.sha256_file(os.path.join(local, META_FILE))
+    except OSError:
+        return None
+
+
+def upload_segment(local_dir: str, index_dir: str, sid: str) -> None:
+    """A segment built in a local dir -> INDEX/segments/<id>/ on object storage, segment.json
+    last (a prefix without it is not a segment)."""
+    dst = segment_uri(index_dir, sid)
+    if storage.exists(storage.join(dst, META_FILE)):
+        return  # content-derived id: already there, the same bytes
+    for name in sorted(os.listdir(local_dir)):
+        if name != META_FILE:
+            storage.upload_file(os.path.join(local_dir, name), storage.join(dst, name))
+    storage.upload_file(os.path.join(local_dir, META_FILE), storage.join(dst, META_FILE))
+
+
+def segment_exists(index_dir: str, sid: str) -> bool:
+    return storage.exists(storage.join(segment_uri(index_dir, sid), META_FILE))

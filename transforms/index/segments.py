@@ -1,0 +1,304 @@
+"""Immutable index segments: one slice of a version's chunks, ready to search memory-mapped.
+
+A segment is a directory `INDEX/segments/<segment id>/` that every version listing it shares:
+
+  rows.arrow         display columns of its chunks (Arrow IPC, uncompressed: memory-maps), sorted
+                     by chunk_id; a chunk's row number here is its local number
+  vectors.npy        float32 (n, dim) unit chunk vectors
+  sent_ptr.npy       int64 (n+1): chunk i's sentences are rows sent_ptr[i]:sent_ptr[i+1]
+  sent_start.npy / sent_end.npy   int32 char offsets of each sentence in the chunk text
+  sent_vec.npy       int8 (m, dim) index-time sentence vectors (transforms/ingest/sentvec.py)
+  sent_has.npy       bool (n): the chunk has stored sentence vectors
+  terms.arrow        BM25 vocabulary, sorted (term id = row), with each term's df in the segment
+  post_ptr.npy       int64 (T+1); post_doc.npy int32 / post_tf.npy int32: term-major postings,
+                     local numbers ascending within a term
+  doc_len.npy        int32 (n): analysed length of each chunk (BM25 length normalisation)
+  words.arrow        content words of the chunk texts (the answerer's lexical idf), with df
+  segment.json       id, counts, format and the sha256 of every file above; written last
+
+Corpus-wide statistics (BM25 df, N, average length) are not in a segment: they depend on
+every live segment of a version, so the version holds them (transforms/index/segment_stats.py).
+The id is content-derived: sha256 over the format, the model namespace, the analyzer and
+every row's chunk_id and displayed values, so the same rows always give the same segment.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from transforms.index.bm25 import ANALYZER_VERSION, Analyzer
+
+SEGMENT_FORMAT = "seg-v1"
+SEGMENTS_DIR = "segments"
+META_FILE = "segment.json"
+BM25_STEMMER = "porter"
+ROW_COLUMNS = ("chunk_id", "doc_id", "text", "context", "title", "heading_path", "page", "source_uri",
+               "acl", "metadata")
+_ARRAYS = ("vectors", "sent_ptr", "sent_start", "sent_end", "sent_vec", "sent_has", "post_ptr", "post_doc",
+           "post_tf", "doc_len")
+_TABLES = ("rows", "terms", "words")
+ANALYZE_BLOCK = 20_000  # chunks analysed at a time: bounds the token lists held in Python
+
+
+@dataclass
+class SegmentRows:
+    """The rows one segment is built from: display columns, chunk vectors and sentence arrays,
+    all in the same (chunk_id) order."""
+    rows: pa.Table  # ROW_COLUMNS
+    vectors: np.ndarray  # float32 (n, dim)
+    sent_ptr: np.ndarray
+    sent_start: np.ndarray
+    sent_end: np.ndarray
+    sent_vec: np.ndarray  # int8 (m, dim)
+    sent_has: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return self.rows.num_rows
+
+    @classmethod
+    def from_chunk_table(cls, t: pa.Table) -> "SegmentRows":
+        """From chunk_schema rows (Parquet shards); sentence columns may be missing (older shards)."""
+        from transforms.ingest.sentvec import SentenceStore
+        col = t.column("embedding").combine_chunks()
+        flat = np.asarray(col.flatten().to_numpy(zero_copy_only=False), np.float32)
+        dim = col.type.list_size if pa.types.is_fixed_size_list(col.type) else (len(flat) // max(len(col), 1))
+        vecs = flat.reshape(len(col), dim)  # DuckDB hands FLOAT[dim] back as a plain list
+        if "sentence_vectors" in t.column_names:
+            s = SentenceStore.from_arrow(t.column("sentence_starts").combine_chunks(),
+                                         t.column("sentence_ends").combine_chunks(),
+                                         t.column("sentence_vectors").combine_chunks())
+            ptr, start, end, svec, has = s.ptr, s.start, s.end, s.vec, s.has_vectors
+            if svec.shape[1] != dim:  # no sentence vectors at all: an empty (0, 1) matrix
+                svec = np.zeros((0, dim), np.int8)
+        else:
+            ptr, start, end = np.zeros(len(col) + 1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32)
+            svec, has = np.zeros((0, dim), np.int8), np.zeros(len(col), bool)
+        return cls(t.select(list(ROW_COLUMNS)), vecs, ptr, start, end, svec, has)
+
+    def take(self, idx: np.ndarray) -> "SegmentRows":
+        idx = np.asarray(idx, np.int64)
+        counts = (self.sent_ptr[idx + 1] - self.sent_ptr[idx]).astype(np.int64)
+        srows = np.concatenate([np.arange(self.sent_ptr[i], self.sent_ptr[i + 1]) for i in idx]) \
+            if len(idx) else np.zeros(0, np.int64)
+        srows = srows.astype(np.int64)
+        return SegmentRows(self.rows.take(pa.array(idx)), np.asarray(self.vectors[idx], np.float32),
+                           np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+                           np.asarray(self.sent_start[srows]), np.asarray(self.sent_end[srows]),
+                           np.asarray(self.sent_vec[srows]), np.asarray(self.sent_has[idx]))
+
+    @staticmethod
+    def concat(parts: list["SegmentRows"]) -> "SegmentRows":
+        """Rows of several sources in one chunk_id order (a merge or a new segment)."""
+        parts = [p for p in parts if p.n]
+        if len(parts) == 1:
+            whole = parts[0]
+        else:
+            offs = np.cumsum([0] + [int(p.sent_ptr[-1]) for p in parts[:-1]])
+            whole = SegmentRows(
+                pa.concat_tables([p.rows for p in parts]),
+                np.concatenate([p.vectors for p in parts]),
+                np.concatenate([[0]] + [p.sent_ptr[1:] + o for p, o in zip(parts, offs)]).astype(np.int64),
+                np.concatenate([p.sent_start for p in parts]), np.concatenate([p.sent_end for p in parts]),
+                np.concatenate([p.sent_vec for p in parts]), np.concatenate([p.sent_has for p in parts]))
+        order = np.asarray(pc.sort_indices(whole.rows.column("chunk_id")), np.int64)
+        if len(order) and (order == np.arange(len(order))).all():
+            return whole
+        return whole.take(order)
+
+
+def segment_id(rows: pa.Table, namespace: str) -> str:
+    """Content-derived: the same rows under the same model and analyzer give the same id."""
+    h = hashlib.sha256(f"{SEGMENT_FORMAT}|{namespace}|{ANALYZER_VERSION}|{BM25_STEMMER}\n".encode())
+    cols = [rows.column(c).to_pylist() for c in ROW_COLUMNS]
+    for values in zip(*cols):
+        h.update(json.dumps(values, separators=(",", ":"), ensure_ascii=False).encode())
+        h.update(b"\n")
+    return h.hexdigest()[:32]
+
+
+def _postings(analyzer: Analyzer, texts: Iterable[str], n: int):
+    """(sorted terms, term df, post_ptr, post_doc, post_tf, doc_len) of the texts, analysed in blocks."""
+    vocab: dict[str, int] = {}
+    keys_parts, tf_parts = [], []
+    doc_len = np.zeros(n, np.int32)
+    texts = list(texts)
+    for lo in range(0, n, ANALYZE_BLOCK):
+        docs = analyzer.analyze(texts[lo:lo + ANALYZE_BLOCK])
+        ids, doc_of = [], []
+        for j, toks in enumerate(docs):
+            doc_len[lo + j] = len(toks)
+            for t in toks:
+                i = vocab.get(t)
+                if i is None:
+                    i = vocab[t] = len(vocab)
+                ids.append(i)
+            doc_of.append(len(toks))
+        tid = np.asarray(ids, np.int64)
+        dno = np.repeat(np.arange(lo, lo + len(docs), dtype=np.int64), doc_of)
+        keys, tf = np.unique(tid * n + dno, return_counts=True)
+        keys_parts.append(keys)
+        tf_parts.append(tf.astype(np.int32))
+    terms = np.array(sorted(vocab), dtype=object)
+    remap = np.empty(len(vocab), np.int64)  # first-seen id -> sorted id
+    remap[np.array([vocab[t] for t in terms], np.int64)] = np.arange(len(terms))
+    keys = np.concatenate(keys_parts) if keys_parts else np.zeros(0, np.int64)
+    tf = np.concatenate(tf_parts) if tf_parts else np.zeros(0, np.int32)
+    term = remap[keys // n] if len(keys) else keys
+    doc = (keys % n).astype(np.int32)
+    order = np.lexsort((doc, term))
+    term, doc, tf = term[order], doc[order], tf[order]
+    df = np.bincount(term, minlength=len(terms)).astype(np.int32)
+    ptr = np.concatenate([[0], np.cumsum(df)]).astype(np.int64)
+    return terms, df, ptr, doc, tf, doc_len
+
+
+def _word_df(texts: Iterable[str]) -> tuple[list[str], np.ndarray]:
+    from transforms.query.extract import content_words
+    df: Counter = Counter()
+    for t in texts:
+        df.update(content_words(t or ""))
+    words = sorted(df)
+    return words, np.array([df[w] for w in words], np.int32)
+
+
+def write_segment(seg: SegmentRows, segments_root: str, namespace: str, con=None) -> dict:
+    """Build the segment of `seg` under segments_root/<id>/ (a local dir) and return its meta.
+
+    An existing complete segment of the same id is left as it is (ids are content-derived).
+    Written into a temp dir and renamed, segment.json last: readers see it whole or not at all."""
+    import duckdb
+    sid = segment_id(seg.rows, namespace)
+    final = os.path.join(segments_root, sid)
+    if os.path.exists(os.path.join(final, META_FILE)):
+        return read_meta(final)
+    tmp = final + f".tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    own = con is None
+    if own:
+        from transforms.index.artifacts import connect
+        con = connect(":memory:")
+    try:
+        texts = (pc.fill_null(seg.rows.column("context"), "").to_pylist(),
+                 pc.fill_null(seg.rows.column("text"), "").to_pylist())
+        bm25_texts = [c + "\n" + t for c, t in zip(*texts)]
+        terms, df, ptr, doc, tf, doc_len = _postings(Analyzer(con, BM25_STEMMER), bm25_texts, seg.n)
+        del bm25_texts
+        words, wdf = _word_df(texts[1])
+    finally:
+        if own:
+            con.close()
+    vec = np.asarray(seg.vectors, np.float32)
+    norms = np.linalg.norm(vec, axis=1, keepdims=True)
+    vec = vec / np.where(norms == 0, 1, norms)  # stored unit: a cosine is one dot product
+    arrays = {"vectors": vec, "sent_ptr": seg.sent_ptr.astype(np.int64), "sent_start": seg.sent_start.astype(np.int32),
+              "sent_end": seg.sent_end.astype(np.int32), "sent_vec": seg.sent_vec.astype(np.int8),
+              "sent_has": seg.sent_has.astype(bool), "post_ptr": ptr, "post_doc": doc, "post_tf": tf,
+              "doc_len": doc_len}
+    for name, a in arrays.items():
+        np.save(os.path.join(tmp, name + ".npy"), a)
+    tables = {"rows": seg.rows,
+              "terms": pa.table({"term": pa.array(list(terms), pa.string()), "df": pa.array(df, pa.int32())}),
+              "words": pa.table({"word": pa.array(words, pa.string()), "df": pa.array(wdf, pa.int32())})}
+    for name, t in tables.items():
+        with pa.OSFile(os.path.join(tmp, name + ".arrow"), "wb") as sink:
+            with pa.ipc.new_file(sink, t.schema) as w:
+                w.write_table(t.combine_chunks())
+    ids = seg.rows.column("chunk_id")
+    meta = {"id": sid, "format": SEGMENT_FORMAT, "namespace": namespace, "chunks": seg.n,
+            "dim": int(vec.shape[1]), "analyzer": ANALYZER_VERSION, "stemmer": BM25_STEMMER,
+            "terms": len(terms), "postings": int(len(doc)), "sentences": int(len(seg.sent_start)),
+            "total_len": int(doc_len.sum()),
+            "min_chunk_id": pc.min(ids).as_py() if seg.n else None,
+            "max_chunk_id": pc.max(ids).as_py() if seg.n else None,
+            "files": {f: _sha256(os.path.join(tmp, f)) for f in sorted(os.listdir(tmp))}}
+    _fsync_tree(tmp)
+    with open(os.path.join(tmp, META_FILE), "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.rename(tmp, final)
+    except OSError:  # another worker finished the same (content-derived) segment first
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not os.path.exists(os.path.join(final, META_FILE)):
+            raise
+    return meta
+
+
+def _sha256(path: str) -> str:
+    from transforms.common.storage import sha256_file
+    return sha256_file(path)
+
+
+def _fsync_tree(d: str) -> None:
+    for name in os.listdir(d):
+        fd = os.open(os.path.join(d, name), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def read_meta(segment_dir: str) -> dict:
+    with open(os.path.join(segment_dir, META_FILE), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _read_arrow(path: str) -> pa.Table:
+    return pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
+
+
+class Segment:
+    """One segment opened memory-mapped: nothing is read until a search or a row touches it."""
+
+    def __init__(self, segment_dir: str):
+        self.dir = segment_dir
+        self.meta = read_meta(segment_dir)
+        if self.meta.get("format") != SEGMENT_FORMAT:
+            raise ValueError(f"{segment_dir}: segment format {self.meta.get('format')!r}, this code reads "
+                             f"{SEGMENT_FORMAT!r}: re-index")
+        self.id, self.n = self.meta["id"], int(self.meta["chunks"])
+        for name in _ARRAYS:
+            setattr(self, name, np.load(os.path.join(segment_dir, name + ".npy"), mmap_mode="r"))
+        self.rows = _read_arrow(os.path.join(segment_dir, "rows.arrow"))
+
+    def terms(self) -> pa.Table:
+        return _read_arrow(os.path.join(self.dir, "terms.arrow"))
+
+    def words(self) -> pa.Table:
+        return _read_arrow(os.path.join(self.dir, "words.arrow"))
+
+    def sentence_rows(self, i: int) -> slice:
+        return slice(int(self.sent_ptr[i]), int(self.sent_ptr[i + 1]))
+
+    def to_rows(self, idx: Optional[np.ndarray] = None) -> SegmentRows:
+        """Its rows (or the rows at idx) as a SegmentRows, e.g. to merge into a new segment."""
+        whole = SegmentRows(self.rows, self.vectors, self.sent_ptr, self.sent_start, self.sent_end,
+                            self.sent_vec, self.sent_has)
+        return whole.take(np.arange(self.n) if idx is None else idx)
+
+
+def verify_files(segment_dir: str) -> Optional[str]:
+    """None when every file hashes to what segment.json records, else what is wrong."""
+    try:
+        meta = read_meta(segment_dir)
+    except (OSError, ValueError) as e:
+        return f"no readable {META_FILE}: {e}"
+    for name, sha in meta.get("files", {}).items():
+        p = os.path.join(segment_dir, name)
+        if not os.path.exists(p):
+            return f"{name} missing"
+        if _sha256(p) != sha:
+            return f"{name}: sha256 differs from {META_FILE}"
+    return None
