@@ -35,14 +35,12 @@ def _index(args) -> int:
 
 
 def _build_artifacts(args) -> int:
-    from transforms.index.build import build_version_artifact
-    from transforms.ingest.embed import model_spec_from_config
-    from transforms.index.publish import resolve_index
+    from pipelines.segments import rebuild_segments
 
     cfg = load_config(args.config)
-    version_dir = resolve_index(args.index)
-    stats = build_version_artifact(version_dir, cfg, model_spec_from_config(cfg))
-    print(f"built {version_dir}/index.duckdb: {stats}")
+    got = rebuild_segments(cfg, args.index)
+    print(f"built {got['version_dir']}: {len(got['segments'])} segment(s) from its shards "
+          f"({got['artifact_s']} s); manifest updated")
     return 0
 
 
@@ -145,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="print what would be added, changed, removed and carried over; change nothing")
     ix.set_defaults(func=_index)
 
-    ba = sub.add_parser("build-artifacts", help="rebuild the DuckDB artifact of an index from its shards",
+    ba = sub.add_parser("build-artifacts", help="rebuild the segments of an index version from its shards (e.g. one built before segments)",
                         **_examples("build-artifacts"))
     ba.add_argument("--config", default=None)
     ba.add_argument("--index", required=True, help="index dir (uses CURRENT) or a version dir")

@@ -183,3 +183,26 @@ def prune_segments(index_dir: str, kept_versions: list[str]) -> list[str]:
                 shutil.rmtree(os.path.join(root, sid), ignore_errors=True)
             removed.append(sid)
     return removed
+
+
+def rebuild_segments(cfg, index: str) -> dict:
+    """Segments of a version (an index's live one, or a version dir) rebuilt from its Parquet
+    shards alone, every row new; its manifest then lists them. For a version built before
+    segments, or after a change of segment_max_chunks. Holds the index lock."""
+    from transforms.index import publish
+    from transforms.ingest.embed import model_spec_from_config
+    version_dir = publish.resolve_index(index)
+    if is_s3(version_dir):
+        raise ValueError(f"{index}: build-artifacts works on a local index; re-index into object storage instead")
+    index_dir = os.path.dirname(os.path.dirname(os.path.abspath(version_dir)))
+    spec = model_spec_from_config(cfg)
+    with publish.index_lock(index_dir):
+        got = segment_version(index_dir, version_dir, version_dir, cfg, spec, None)
+        path = os.path.join(version_dir, "manifest.json")
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+        manifest.update(segments=got["segments"], bm25=got["bm25"],
+                        tombstones=sum(s["deleted"] for s in got["segments"]))
+        storage.write_json(path, manifest)  # temp + rename: readers see the old or the new list
+        prune_segments(index_dir, publish.list_versions(index_dir))
+    return {**got, "version_dir": version_dir}

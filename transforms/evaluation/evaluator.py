@@ -67,11 +67,8 @@ class Evaluator:
         return out
 
     def hnsw_recall(self, qvecs: np.ndarray, k: int = 10) -> Optional[float]:
-        """HNSW top-k vs exact top-k over the questions: the measure the artifact build stores."""
-        from transforms.query.retrieve import hnsw_recall_at_k
-        if not len(qvecs) or not self.engine.meta.get("hnsw", True):
-            return None
-        return hnsw_recall_at_k(self.engine.con, qvecs, k)
+        """None: segments are searched exactly (exact beats HNSW at segment sizes, docs/index-layout.md)."""
+        return None
 
 
 def gate_metric(version_dir: str, cfg: Config, gate_cfg, embedder=None) -> float:

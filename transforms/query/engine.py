@@ -285,6 +285,24 @@ class QAEngine(AnswerSide):
         self.masks = _GlobalMasks(self.searchers)
 
     @property
+    def con(self):
+        """DuckDB over the version's chunk rows (a `chunks` view with chunk_no), for tools and
+        tests that ask in SQL; the rows stay memory-mapped Arrow, nothing is copied."""
+        if getattr(self, "_rows_con", None) is None:
+            import duckdb
+            import pyarrow as pa
+            t = pa.concat_tables([s.seg.rows for s in self.searchers])
+            t = t.append_column("chunk_no", pa.array(np.arange(t.num_rows), pa.int32()))
+            self._rows_con = duckdb.connect()
+            self._rows_con.register("chunks", t)
+        return self._rows_con
+
+    def close(self) -> None:
+        if getattr(self, "_rows_con", None) is not None:
+            self._rows_con.close()
+        super().close()
+
+    @property
     def doc_ids(self) -> np.ndarray:
         """chunk_no -> doc_id over the whole version (evaluation's document rankings)."""
         return np.array([d for s in self.searchers for d in s.seg.rows.column("doc_id").to_pylist()], dtype=object)
