@@ -7,7 +7,7 @@ INDEX   ?= out/index
 ANSWERS ?= out/answers.jsonl
 
 .PHONY: run test test-core test-flink models flink-setup demo-flink bench bench-quick bench-s3 bench-flink bench-nightly \
-        bench-eval bench-models docs install clean s3-up s3-down demo-s3
+        bench-eval bench-models bench-scale docs install clean s3-up s3-down demo-s3
 
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -70,6 +70,10 @@ bench-quick: $(STAMP)
 	$(BIN)/python -m bench.run --quick
 
 # The nightly run's cost: full index of debian-docs, change 1%, re-index (about 40 min on 2 cores).
+# Segmented index at 100k, 250k, 300k and 1M synthetic chunks (bench/scale_bench.py); bench/results/scale.{json,md}.
+bench-scale: $(STAMP)
+	$(BIN)/python -m bench.scale_bench
+
 bench-nightly: $(STAMP)
 	$(BIN)/python -m bench.nightly_cost
 

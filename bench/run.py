@@ -26,10 +26,12 @@ from bench.table import Report
 SIZES = {
     "full": dict(index_docs=1000, questions=256, batch=128, answer_questions=256,
                  mem_base=60, mem_factors=(1, 4, 16), mem_questions=8, ocr_docs=100, ocr_lines=10,
-                 s3_docs=40, s3_questions=40, answer_mem_docs=60, answer_mem_counts=(1000, 10000, 100000)),
+                 s3_docs=40, s3_questions=40, answer_mem_docs=60, answer_mem_counts=(1000, 10000, 100000),
+                 scale=dict(sizes=(20_000, 80_000), segment=20_000, questions=100)),
     "quick": dict(index_docs=40, questions=32, batch=16, answer_questions=8,
                   mem_base=4, mem_factors=(1, 4, 16), mem_questions=4, ocr_docs=20, ocr_lines=8,
-                  s3_docs=8, s3_questions=8, answer_mem_docs=4, answer_mem_counts=(100, 1000)),
+                  s3_docs=8, s3_questions=8, answer_mem_docs=4, answer_mem_counts=(100, 1000),
+                  scale=dict(sizes=(2_000, 8_000), segment=2_000, questions=20)),
 }
 
 
@@ -54,7 +56,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="results folder (default bench/results, or bench/results/quick with --quick)")
     ap.add_argument("--data", help="folder holding cranfield/ (default ../shared/data; else a generated corpus)")
     ap.add_argument("--config", help="ragbeam config (default configs/default.yaml)")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7", help="sections to run, e.g. 1,2,3 (3 needs 1 and 2)")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8", help="sections to run, e.g. 1,2,3 (3 needs 1 and 2)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     a = ap.parse_args(argv)
 
@@ -97,6 +99,9 @@ def main(argv=None) -> int:
             bench_s3(size["s3_docs"], size["s3_questions"], report)
         if "7" in only:
             bench_answer_memory(a.config, data, size["answer_mem_docs"], size["answer_mem_counts"], work, report)
+        if "8" in only:
+            from bench.scale_bench import bench_scale_short
+            bench_scale_short(report, **size["scale"])
     finally:
         if a.keep:
             print(f"work folder kept: {work}")

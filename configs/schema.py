@@ -175,8 +175,8 @@ class RetrieveConfig(_Strict):
     """First-stage retrieval: dense and BM25 lists and their fusion."""
     dense_top_n: int = Field(50, ge=1, le=1000, description="dense candidates per question")
     bm25_top_n: int = Field(50, ge=1, le=1000, description="BM25 candidates per question")
-    mode: Literal["auto", "exact", "hnsw"] = Field("auto", description="dense search: auto: exact below 200k "
-                                                   "chunks, HNSW above")
+    mode: Literal["auto", "exact", "hnsw"] = Field("auto", description="dense search: every segment is "
+                                                   "searched exactly (auto = exact); hnsw is refused")
     rrf_k: int = Field(60, ge=1, description="rrf: the rank constant")
     dense_weight: float = Field(1.0, ge=0, description="rrf: weight of the dense list")
     bm25_weight: float = Field(1.0, ge=0, description="rrf: weight of the BM25 list")
@@ -504,6 +504,9 @@ def cross_field_errors(cfg: "Config") -> list[str]:
     if c.overlap_tokens >= c.chunk_tokens:
         errors.append(f"chunk.overlap_tokens: {c.overlap_tokens} must be smaller than chunk.chunk_tokens "
                       f"{c.chunk_tokens}")
+    if cfg.retrieve.mode == "hnsw":
+        errors.append("retrieve.mode: hnsw is not served: segments are searched exactly (one matrix product per "
+                      "segment beat HNSW 3.2x at 300k chunks here, docs/index-layout.md); expected auto or exact")
     rq = cfg.artifacts.recall_questions
     if rq and "://" not in rq and not os.path.isfile(rq):
         errors.append(f"artifacts.recall_questions: file not found: {rq}")

@@ -6,11 +6,13 @@ as one unit and written atomically (temp file + rename) under
 most the shards in flight and no question is ever written twice. When every
 shard is there, they are joined into `<output>` (again temp + rename).
 
-Index, questions and output may be local paths or s3:// URIs. From an index on object
-storage each worker answers from a local copy of the version's artifact, downloaded once
-and verified against the manifest's sha256 (transforms/query/index_cache.py); on object
-storage a shard and the joined output are each one PUT (or one multipart upload), which
-is all-or-nothing like the local rename.
+Index, questions and output may be local paths or s3:// URIs. An index of one segment is
+searched and answered in one step per shard; over several segments the search scatters
+(shard x segment) and gathers per shard (transforms/query/scatter_gather.py). From an index on
+object storage each host answers from a local copy of each segment, fetched once by segment id
+and verified against its sha256s (transforms/index/segment_store.py); on object storage a shard
+and the joined output are each one PUT (or one multipart upload), which is all-or-nothing like
+the local rename.
 """
 from __future__ import annotations
 
@@ -188,6 +190,12 @@ def worker_config(cfg: Config) -> Config:
                                                                   "secret_access_key": None})})
 
 
+def _workers_on_this_host(cfg: Config, beam_args: Optional[list[str]]) -> bool:
+    """The in-process runners share this host's segment cache, so the driver may fill it."""
+    local = cfg.runner.name in ("DirectRunner", "FnApiRunner")
+    return local and not any(a.startswith("--runner") for a in beam_args or [])
+
+
 def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress: bool = True,
                beam_args: Optional[list[str]] = None, log=print, overwrite: bool = False,
                trace: bool = False) -> dict:
@@ -222,7 +230,11 @@ def _run_answer(cfg: Config, index: str, qfile, output: str, *, progress: bool,
     from transforms.query.version_segments import VersionSegments
     manifest = json.loads(storage.read_text(storage.join(version_dir, "manifest.json")))
     check_model(manifest, spec)  # refuse before any work, not in every worker
-    n_segments = len(VersionSegments(version_dir, manifest))  # a version from before segments: one line here
+    segments = VersionSegments(version_dir, manifest)  # a version from before segments: one line here
+    n_segments = len(segments)
+    if is_s3(version_dir) and _workers_on_this_host(cfg, beam_args):
+        for i in range(n_segments):  # fetched and verified once per host: a bad segment is one line here
+            segments.segment(i)
     s3 = s3_settings(cfg)
     # byte ranges / row groups, read inside the pipeline
     pieces, n_lines = plan_pieces(qfile, s3, max_line_bytes=cfg.questions.max_line_bytes)

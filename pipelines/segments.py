@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from typing import Optional
 
@@ -22,63 +21,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from transforms.common import storage
-from transforms.common.counters import counter
 from transforms.common.s3 import is_s3
 from transforms.index.incremental import CARRIED_FILE
-from transforms.index.segment_plan import BuildItem, MergePolicy, plan_segments, tombstones_file
+from transforms.index.segment_plan import MergePolicy, plan_segments
 from transforms.index.segment_stats import write_version_stats
-from transforms.index.segment_store import local_segment, segment_uri, upload_segment
-from transforms.index.segments import META_FILE, SEGMENTS_DIR, Segment, SegmentRows, write_segment
+from transforms.index.segment_store import local_segment, segment_uri
+from transforms.index.segment_build import BuildSegmentFn
+from transforms.index.segments import META_FILE, SEGMENTS_DIR, Segment
 from transforms.index.shards import CHUNKS_DIR, shard_files
 
 PLAN_DIR = "_segments_plan"
-
-
-def read_shard_rows(files: list[str], lo: str, hi: str) -> SegmentRows:
-    """Chunk rows with lo <= chunk_id <= hi from Parquet shards (downloaded first from S3)."""
-    from transforms.index.artifacts import connect
-    with tempfile.TemporaryDirectory(prefix="ragbeam-seg-") as d:
-        local = []
-        for i, f in enumerate(files):
-            if is_s3(f):
-                p = os.path.join(d, f"{i:05d}.parquet")
-                storage.download_file(f, p)
-                local.append(p)
-            else:
-                local.append(f)
-        con = connect(":memory:")
-        try:
-            t = con.execute("SELECT * FROM read_parquet(?, union_by_name = true) "
-                            "WHERE chunk_id BETWEEN ? AND ? ORDER BY chunk_id", [local, lo, hi]).to_arrow_table()
-        finally:
-            con.close()
-    return SegmentRows.from_chunk_table(t)
-
-
-class BuildSegmentFn(beam.DoFn):
-    """plan file -> the segment it names, built on this worker and stored under INDEX/segments/."""
-
-    def __init__(self, index_dir: str, namespace: str):
-        self.index_dir, self.namespace = index_dir, namespace
-        self.built = counter("segments_built")
-
-    def process(self, plan_uri: str):
-        item = BuildItem.from_json(json.loads(storage.read_text(plan_uri)))
-        parts = [read_shard_rows(item.files, item.lo, item.hi)] if item.files else []
-        for sid, rows in item.from_segments:
-            parts.append(Segment(local_segment(self.index_dir, sid)).to_rows(np.asarray(rows, np.int64)))
-        rows = SegmentRows.concat(parts)
-        if rows.n != item.chunks:
-            raise RuntimeError(f"{plan_uri}: planned {item.chunks} chunks, found {rows.n}")
-        if is_s3(self.index_dir):
-            with tempfile.TemporaryDirectory(prefix="ragbeam-seg-") as d:
-                meta = write_segment(rows, d, self.namespace)
-                upload_segment(os.path.join(d, meta["id"]), self.index_dir, meta["id"])
-        else:
-            meta = write_segment(rows, os.path.join(self.index_dir, SEGMENTS_DIR), self.namespace)
-        storage.write_text(plan_uri + ".done.json", json.dumps(meta))  # the driver reads the ids back
-        self.built.inc()
-        yield meta["id"]
 
 
 def policy_from_config(cfg) -> MergePolicy:

@@ -1,5 +1,5 @@
 """Who sees what: config `acl:` prefix rules, question `acl` and `filters` (JSONL and CSV)
-through the answer job, and the same masks through HNSW search (`retrieve.mode: hnsw`)."""
+through the answer job."""
 import csv
 import json
 
@@ -34,8 +34,7 @@ def acl_index(test_config, tmp_path_factory):
                                                  AclRule(prefix="man/man3/", groups=["c-devs"])]})
     src = copy_corpus(tmp_path_factory.mktemp("acl-src"), FILES)
     index_dir = tmp_path_factory.mktemp("acl-index")
-    # Built as for retrieve.mode: hnsw, so the artifact has the HNSW index the hnsw test searches.
-    build_cfg = cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update={"mode": "hnsw"})})
+    build_cfg = cfg
     summary = run_index(build_cfg, str(src), str(index_dir), progress=False, log=quiet)
     assert summary["balanced"]
     chunks = {r["chunk_id"]: r for r in read_table(publish.resolve_index(str(index_dir)), "chunks").to_pylist()}
@@ -143,40 +142,3 @@ def test_question_acl_and_filters_through_the_answer_job_jsonl_and_csv(acl_index
         _check_answers(outs[name], chunks)
     strip = lambda recs: sorted((r["id"], r["answer"], json.dumps(r["retrieved"])) for r in recs)  # noqa: E731
     assert strip(outs["csv"]) == strip(outs["jsonl"])  # the same questions, whatever the file format
-
-
-# --- retrieve.mode: hnsw with per-question masks ---------------------------------------------
-
-def test_hnsw_mode_applies_each_questions_mask(acl_index, monkeypatch):
-    import transforms.query.engine as engine_mod
-    from transforms.query.retrieve import build_filter_mask
-
-    cfg, index_dir, chunks = acl_index
-    calls = []
-    real = engine_mod.search_hnsw
-
-    def spy(con, qvecs, top_n, allowed=None, **kw):
-        calls.append(None if allowed is None else getattr(allowed, "shape", None))
-        return real(con, qvecs, top_n, allowed, **kw)
-
-    monkeypatch.setattr(engine_mod, "search_hnsw", spy)
-    qs = [Question(qid, q, acl=acl, filters=filters) for qid, q, acl, filters in QUESTIONS]
-    top = dict(dense_top_n=5, bm25_top_n=5, fused_top_n=30)
-    hnsw, exact = _engine(cfg, index_dir, mode="hnsw", **top), _engine(cfg, index_dir, mode="exact", **top)
-    try:
-        assert hnsw.dense_mode == "hnsw" and exact.dense_mode == "exact"
-        got, want = hnsw.retrieve(qs), exact.retrieve(qs)
-        masks = [build_filter_mask(hnsw.con, q.acl, q.filters) for q in qs]
-    finally:
-        hnsw.close()
-        exact.close()
-    assert calls and all(shape is not None and shape[-1] == len(chunks) for shape in calls)  # HNSW ran, masked
-    for q, mask, g, w in zip(qs, masks, got, want):
-        for c in g:
-            assert mask[c.chunk_no], (q.id, c.chunk_id)
-            assert _visible(chunks[c.chunk_id], q.acl, q.filters), q.id
-        dense = sorted((c.dense_rank, c.chunk_id) for c in g if c.dense_rank)
-        # filtered rows never take a slot: the top 5 fill up whenever 5 rows are allowed
-        assert len(dense) == min(5, int(mask.sum())), (q.id, len(dense), int(mask.sum()))
-        # on a corpus this small HNSW finds the exact neighbours
-        assert dense == sorted((c.dense_rank, c.chunk_id) for c in w if c.dense_rank), q.id

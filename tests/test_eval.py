@@ -320,7 +320,6 @@ def test_candidates_carry_fixed_scale_scores_and_evidence_is_a_probability(gated
     from transforms.index import publish
     from transforms.ingest.embed import model_spec_from_config
     from transforms.query.engine import QAEngine
-    from transforms.query.fuse import bm25_scores_for
     from transforms.query.records import Question
 
     cfg, _, _, index_dir, _ = gated
@@ -329,15 +328,20 @@ def test_candidates_carry_fixed_scale_scores_and_evidence_is_a_probability(gated
         qs = [Question("q2", QUERIES[1][1]), Question("off", "Who won the 1987 Tour de France cycling race?")]
         qv = engine.embedder.encode([q.question for q in qs])
         qn = qv / np.linalg.norm(qv, axis=1, keepdims=True)
+        (seg,) = engine.searchers  # one segment: local rows are chunk numbers
+        terms_of, _ = engine.analyze([q.question for q in qs])
         for j, cands in enumerate(engine.retrieve(qs)):
-            terms = engine.bm25.query_terms([qs[j].question])[0]
-            bound = engine.bm25.bounds([qs[j].question])[0]
+            tids = np.array(sorted(seg.vocab[t] for t in terms_of[j] if t in seg.vocab), np.int64)
+            # the bound: each query term's best weight in any chunk, or the unseen-term weight
+            from transforms.query.segment_search import unseen_term_weight
+            bound = sum(float(seg.term_max[seg.vocab[t]]) if t in seg.vocab else unseen_term_weight(engine.num_docs)
+                        for t in terms_of[j])
             # every chunk the answerer may see has them (the rest of the list is not scored)
             assert engine.scored_head == cfg.answer.top_chunks and len(cands) > engine.scored_head
             assert all(c.dense_cosine is None for c in cands[engine.scored_head:])
             for c in cands[:engine.scored_head]:
-                assert c.dense_cosine == pytest.approx(float(engine.dense.matrix[c.chunk_no] @ qn[j]), abs=1e-5)
-                want = bm25_scores_for(engine.bm25, terms, np.array([c.chunk_no]))[0] / bound if bound else 0.0
+                assert c.dense_cosine == pytest.approx(float(seg.vectors[c.chunk_no] @ qn[j]), abs=1e-5)
+                want = seg.bm25_of(tids, np.array([c.chunk_no]))[0] / bound if bound else 0.0
                 assert c.bm25_coverage == pytest.approx(want, abs=1e-6) and 0.0 <= c.bm25_coverage <= 1.0 + 1e-6
         on, off = engine.answer_batch(qs, top_k=5)
     finally:

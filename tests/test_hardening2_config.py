@@ -250,21 +250,22 @@ def test_an_invalid_lock_lease_variable_is_one_line(tmp_path, capsys, monkeypatc
     one_line_error(capsys, rc, f"RAGBEAM_INDEX_LOCK_LEASE_S={value!r}: expected a positive number of seconds")
 
 
-def test_an_artifact_whose_sha256_does_not_match_its_manifest_is_one_line(s3_env, tmp_path, capsys, monkeypatch):
+def test_a_segment_whose_sha256_does_not_match_its_manifest_is_one_line(s3_env, tmp_path, capsys, monkeypatch):
     from pipelines.cli import main
     from transforms.ingest.embed import model_spec_from_config
     spec = model_spec_from_config(load_config(environ={}))
     c = s3_env.client()
     manifest = {"model": {"id": spec.model_id, "sha256": spec.model_sha256, "max_length": spec.max_length},
-                "artifact": {"sha256": "0" * 64}}
+                "version": "v1", "segments": [{"id": "s1", "chunks": 1, "live": 1, "deleted": 0,
+                                               "meta_sha256": "0" * 64}], "bm25": {"num_docs": 1, "avgdl": 1.0}}
     c.put_object(Bucket="hardening2", Key="idx-badsha/versions/v1/manifest.json", Body=json.dumps(manifest).encode())
-    c.put_object(Bucket="hardening2", Key="idx-badsha/versions/v1/index.duckdb", Body=b"not the artifact")
+    c.put_object(Bucket="hardening2", Key="idx-badsha/segments/s1/segment.json", Body=b"{}")
     c.put_object(Bucket="hardening2", Key="idx-badsha/CURRENT", Body=b"v1\n")
     monkeypatch.setenv("RAGBEAM_INDEX_CACHE_DIR", str(tmp_path / "cache"))
     q = questions_file(tmp_path)
     rc = main(["answer", "--quiet", "--index", "s3://hardening2/idx-badsha", "--questions", str(q),
                "--output", str(tmp_path / "answers.jsonl")])
-    one_line_error(capsys, rc, "index.duckdb: sha256", "!= manifest's " + "0" * 64)
+    one_line_error(capsys, rc, "segments/s1/segment.json: sha256 differs", "manifest's " + "0" * 64)
     assert not (tmp_path / "answers.jsonl").exists() and not (tmp_path / "answers.jsonl.parts").exists()
 
 

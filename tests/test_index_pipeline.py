@@ -73,7 +73,9 @@ def test_version_is_published_with_manifest_and_artifact(mini_index):
     assert os.path.basename(vdir) == s["version"]
     manifest = json.load(open(os.path.join(vdir, "manifest.json")))
     assert manifest["model"]["sha256"] and manifest["counts"]["chunks"] == s["chunks"]
-    assert os.path.exists(os.path.join(vdir, "index.duckdb"))
+    (seg,) = manifest["segments"]  # the mini corpus is one segment
+    assert seg["live"] == s["chunks"] and manifest["bm25"]["num_docs"] == s["chunks"]
+    assert os.path.exists(os.path.join(index_dir, "segments", seg["id"], "segment.json"))
     assert json.load(open(os.path.join(vdir, "summary.json")))["chunks"] == s["chunks"]
     assert not os.listdir(os.path.join(index_dir, "staging"))
 

@@ -1,5 +1,6 @@
 """The index directory on object storage (the real SeaweedFS server): layout, publish, nightly
 runs, pruning, the leased writer lock, real kills, and the answer job reading from it."""
+import hashlib
 import json
 import os
 import subprocess
@@ -65,17 +66,20 @@ def test_index_on_s3_publishes_nightly_runs_and_prunes(s3_server, s3_source, tes
     assert "idx-nightly/CURRENT" in names and "idx-nightly/.lock" not in names  # released
     assert not [k for k in names if k.startswith("idx-nightly/staging/")]
     vkeys = [k[len(f"idx-nightly/versions/{v1}/"):] for k in names if k.startswith(f"idx-nightly/versions/{v1}/")]
-    for expected in ("index.duckdb", "manifest.json", "summary.json", "sources/sources.parquet"):
+    for expected in ("manifest.json", "summary.json", "sources/sources.parquet"):
         assert expected in vkeys, (expected, vkeys)
     assert any(k.startswith("chunks/part-") for k in vkeys) and any(k.startswith("documents/") for k in vkeys)
     assert not any(k.startswith(("_plan/", "sources_read/", "embeddings_new/")) or "_temporary" in k for k in vkeys)
     # the cache got the new vectors, named after their (published) version
     cache = [k for k in names if k.startswith("idx-nightly/cache/embeddings/")]
     assert cache and all(os.path.basename(k).startswith(v1) for k in cache)
-    # the manifest records the artifact's sha256
+    # the manifest lists the segments the workers uploaded, each with its segment.json's sha256
     mirror = local_copy(index2, tmp_path, "1")
     manifest = json.loads(open(os.path.join(mirror, "manifest.json")).read())
-    assert manifest["artifact"]["sha256"] == storage.sha256_file(os.path.join(mirror, "index.duckdb"))
+    for seg in manifest["segments"]:
+        meta = storage.read_bytes(f"{index2}/segments/{seg['id']}/segment.json")
+        assert hashlib.sha256(meta).hexdigest() == seg["meta_sha256"]
+        assert any(k.startswith(f"idx-nightly/segments/{seg['id']}/vectors.npy") for k in names)
 
     # tonight: one changed, one deleted, one added, one copied to a new path
     changed = (SAMPLES / "nodejs/api/punycode.md").read_text() + "\n\n## Added tonight\n\nA new paragraph.\n"
@@ -90,6 +94,11 @@ def test_index_on_s3_publishes_nightly_runs_and_prunes(s3_server, s3_source, tes
     assert second["carried_documents"] > 0 and second["cache_hits"] > 0
     assert second["embedded"] < second["chunks"]
     assert second["pruned"] and publish.list_versions(index2) == [second["version"]]  # keep_versions: 1
+    # the segments on S3 are exactly the live version's: pruning dropped those only v1 listed
+    listed = {x["id"] for x in json.loads(storage.read_text(
+        f"{index2}/versions/{second['version']}/manifest.json"))["segments"]}
+    present = {k.split("/")[2] for k in keys(s3_server, "s3index", "idx-nightly/segments/")}
+    assert present == listed
 
     # the same state indexed from scratch into a local index: same rows
     scratch = run_index(cfg, "s3://s3index/night0", str(tmp_path / "scratch"), progress=False, log=quiet)
@@ -159,7 +168,7 @@ def test_killed_index_runs_on_s3_leave_the_live_version_and_a_rerun_equals_an_un
         s3_server, s3_source, test_config, tmp_path):
     index = "s3://s3index/idx-kill"
     src = s3_source
-    for stage in ("during_embed", "during_artifact_upload", "before_current"):
+    for stage in ("during_embed", "during_segment_upload", "before_current"):
         run = _cli(["index", "--quiet", "--input", src, "--output", index], s3_server, kill_at=stage,
                    RAGBEAM_INDEX_LOCK_LEASE_S="3")
         assert run.returncode == -9, (stage, run.returncode, run.stderr[-3000:])
@@ -201,10 +210,10 @@ def test_answer_job_from_an_s3_index_to_s3_resumes_after_a_kill(s3_server, s3_in
     whole = ans("s3://s3index/answers/whole.jsonl")
     assert whole.returncode == 0, whole.stderr[-3000:]
     version = publish.current_version(index)
-    (cached,) = [p for p in cache.glob(f"{version}-*") if p.is_dir()]  # beside it: its host lock file
-    assert (cached / "index.duckdb").exists()
-    assert cached.name.endswith(json.loads(storage.read_text(f"{index}/versions/{version}/manifest.json"))
-                                ["artifact"]["sha256"][:16])
+    listed = json.loads(storage.read_text(f"{index}/versions/{version}/manifest.json"))["segments"]
+    for seg in listed:  # each segment copied once into the host cache by id, verified
+        assert (cache / "segments" / seg["id"] / ".verified").exists()
+        assert (cache / "segments" / seg["id"] / "vectors.npy").exists()
     killed = ans("s3://s3index/answers/resumed.jsonl", kill_at="after_shard:2", RAGBEAM_INDEX_LOCK_LEASE_S="5")
     assert killed.returncode == -9, killed.stderr[-3000:]
     from transforms.common.lock import BusyError, exclusive_lock

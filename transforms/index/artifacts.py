@@ -59,10 +59,13 @@ def load_extensions(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"LOAD '{extension_path(name)}'")
 
 
-def connect(path: str, read_only: bool = False, threads: Optional[int] = None):
+def connect(path: str, read_only: bool = False, threads: Optional[int] = None,
+            memory_limit: Optional[str] = None):
     config = dict(_NO_AUTO)
     if threads:
         config["threads"] = str(threads)
+    if memory_limit:  # DuckDB's own default is 80% of RAM: a worker sets what it can afford
+        config["memory_limit"] = memory_limit
     con = duckdb.connect(path, read_only=read_only, config=config)
     load_extensions(con)
     return con

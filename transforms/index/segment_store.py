@@ -5,7 +5,9 @@ segment once into `<cache>/segments/<id>/` (RAGBEAM_INDEX_CACHE_DIR, else ~/.cac
 verifies every file against the sha256 that segment.json records, and the segment.json against
 the sha256 the version's manifest records; every later version listing the same segment id
 reuses the copy (segments are immutable), so a nightly costs an answer host only the segments
-it lacks. A file lock serialises the worker processes of one host.
+it lacks. Every open checks the copy against fingerprints taken when it was verified (size,
+mtime, sha256 of the first and last MiB of each file). A file lock serialises the worker
+processes of one host.
 """
 from __future__ import annotations
 
@@ -62,7 +64,7 @@ def local_segment(index_dir: str, sid: str, meta_sha256: Optional[str] = None,
     local = os.path.join(root, sid)
     done = os.path.join(local, ".verified")
     with _host_lock(local + ".lock"):
-        if os.path.exists(done) and _meta_sha(local) == (meta_sha256 or _meta_sha(local)):
+        if _still_verified(local, done, meta_sha256):
             return local
         tmp = local + f".download-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -82,9 +84,42 @@ def local_segment(index_dir: str, sid: str, meta_sha256: Optional[str] = None,
             raise SegmentMismatch(f"{src}: {problem}")
         shutil.rmtree(local, ignore_errors=True)
         os.rename(tmp, local)
-        with open(done, "w", encoding="utf-8") as f:
-            f.write("ok\n")
+        marker = {"meta_sha256": _meta_sha(local),
+                  "files": {name: fingerprint(os.path.join(local, name)) for name in [*files, META_FILE]}}
+        storage.write_json(done, marker)
     return local
+
+
+EDGE_BYTES = 1 << 20
+
+
+def fingerprint(path: str) -> dict:
+    """Size, mtime and the sha256 of the first and last MiB: cheap enough for every open. A
+    write anywhere moves the mtime; a file put back with its old mtime still has to match in
+    size, header and footer."""
+    import hashlib
+    st = os.stat(path)
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read(EDGE_BYTES))
+        if st.st_size > EDGE_BYTES:
+            f.seek(max(EDGE_BYTES, st.st_size - EDGE_BYTES))
+            h.update(f.read(EDGE_BYTES))
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "edges_sha256": h.hexdigest()}
+
+
+def _still_verified(local: str, done: str, meta_sha256: Optional[str]) -> bool:
+    """Every open checks the copy against the fingerprints taken when it was verified: a file
+    replaced, written to or cut since then is downloaded and verified again, never trusted."""
+    try:
+        with open(done, encoding="utf-8") as f:
+            marker = json.load(f)
+        if meta_sha256 and marker.get("meta_sha256") != meta_sha256:
+            return False
+        files = marker["files"]
+        return bool(files) and all(fingerprint(os.path.join(local, n)) == fp for n, fp in files.items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False  # no marker, a broken one, or a file gone: verify again
 
 
 def _meta_sha(local: str) -> Optional[str]:
@@ -100,9 +135,11 @@ def upload_segment(local_dir: str, index_dir: str, sid: str) -> None:
     dst = segment_uri(index_dir, sid)
     if storage.exists(storage.join(dst, META_FILE)):
         return  # content-derived id: already there, the same bytes
-    for name in sorted(os.listdir(local_dir)):
-        if name != META_FILE:
-            storage.upload_file(os.path.join(local_dir, name), storage.join(dst, name))
+    from transforms.common.fault_injection import kill_point
+    for i, name in enumerate(n for n in sorted(os.listdir(local_dir)) if n != META_FILE):
+        storage.upload_file(os.path.join(local_dir, name), storage.join(dst, name))
+        if i == 0:
+            kill_point("during_segment_upload")  # tests: a real crash with the segment half uploaded
     storage.upload_file(os.path.join(local_dir, META_FILE), storage.join(dst, META_FILE))
 
 

@@ -187,7 +187,7 @@ def write_segment(seg: SegmentRows, segments_root: str, namespace: str, con=None
     own = con is None
     if own:
         from transforms.index.artifacts import connect
-        con = connect(":memory:")
+        con = connect(":memory:", memory_limit="256MB")
     try:
         texts = (pc.fill_null(seg.rows.column("context"), "").to_pylist(),
                  pc.fill_null(seg.rows.column("text"), "").to_pylist())

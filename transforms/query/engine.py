@@ -75,7 +75,7 @@ class AnswerSide:
         self.cfg = cfg
         self.segments = VersionSegments(version_dir, self.manifest)
         self.num_docs = self.segments.num_docs
-        self._stem_con = connect(":memory:")  # the fts stemmer, for the query analysis
+        self._stem_con = connect(":memory:", memory_limit="256MB")  # the fts stemmer, for the query analysis
         self.analyzer = Analyzer(self._stem_con, BM25_STEMMER)
         self.embedder = embedder or Embedder(spec)
         # Sentence vectors shared across batches: questions hitting the same chunks reuse

@@ -50,7 +50,7 @@ class EmbedQuestionsFn(beam.DoFn):
         from transforms.index.segments import BM25_STEMMER
         from transforms.ingest.embed import Embedder
         self.embedder = Embedder(self.spec)
-        self.con = connect(":memory:")
+        self.con = connect(":memory:", memory_limit="256MB")
         self.analyzer = Analyzer(self.con, BM25_STEMMER)
 
     def teardown(self):
