@@ -133,3 +133,47 @@ def test_killed_runs_leave_the_live_version_answering(tmp_path, test_config):
     for name in ("chunks", "documents", "dead_letters"):
         assert table(index_dir, name, drop={"indexed_at", "mtime"}) == \
             table(reference, name, drop={"indexed_at", "mtime"}), name
+
+
+def test_carried_chunks_are_the_live_rows_with_their_new_paths(tmp_path, test_config):
+    """The carried chunks file holds exactly the live rows of the unchanged documents, in their
+    live order: every column equal (vectors bit for bit), the schema chunk_schema(dim) as written
+    by pyarrow, and only source_uris moved (a copy of fnmatch.3 appeared tonight)."""
+    import shutil
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.conftest import copy_corpus
+    from transforms.index.incremental import CARRIED_FILE
+    from transforms.records import chunk_schema, embedding_dim
+
+    src = copy_corpus(tmp_path / "src", TINY)
+    index_dir = tmp_path / "index"
+    assert run_index(test_config, str(src), str(index_dir), progress=False, log=quiet)["balanced"]
+    live = read_table(publish.resolve_index(str(index_dir)), "chunks")
+    changed = src / "nodejs/api/punycode.md"
+    changed.write_text(changed.read_text() + "\n\n## Added tonight\n\nA new paragraph.\n")
+    (src / "zz-copy").mkdir()
+    shutil.copyfile(src / "man/man3/fnmatch.3", src / "zz-copy/fnmatch.3")
+    second = run_index(test_config, str(src), str(index_dir), progress=False, log=quiet)
+    assert second["balanced"], second
+
+    carried = pq.read_table(os.path.join(publish.resolve_index(str(index_dir)), "chunks", CARRIED_FILE))
+    expected = live.filter(pa.array([not u.endswith("punycode.md") for u in live.column("source_uri").to_pylist()]))
+    assert second["carried_chunks"] == carried.num_rows == expected.num_rows > 0
+    assert carried.column("chunk_id").to_pylist() == expected.column("chunk_id").to_pylist()
+    dim = embedding_dim(live.schema)
+    pq.write_table(pa.Table.from_pylist([], chunk_schema(dim)), tmp_path / "empty.parquet")
+    assert carried.schema.equals(pq.read_schema(tmp_path / "empty.parquet"))
+    assert carried.schema.field("embedding").type.list_size == dim
+    bits = lambda t: np.asarray(t.column("embedding").combine_chunks().flatten()).view(np.uint32)  # noqa: E731
+    assert np.array_equal(bits(carried), bits(expected))
+    assert carried.drop_columns(["source_uris"]).equals(expected.drop_columns(["source_uris"]))
+    for row, uris in zip(expected.select(["source_uri", "source_uris"]).to_pylist(),
+                         carried.column("source_uris").to_pylist()):
+        copies = [row["source_uri"].replace("man/man3/fnmatch.3", "zz-copy/fnmatch.3")] \
+            if row["source_uri"].endswith("man/man3/fnmatch.3") else []
+        assert uris == sorted(row["source_uris"] + copies), row
+    assert any(len(u) == 2 for u in carried.column("source_uris").to_pylist())

@@ -230,36 +230,109 @@ def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = Non
         fresh_hashes = pa.concat_arrays([pq.read_table(f, columns=["content_hash"]).column(0).combine_chunks()
                                          for f in fresh])
         docs = docs.filter(pc.invert(pc.is_in(docs.column("content_hash"), fresh_hashes)))
-    hashes = docs.column("source_hash").to_pylist()
-    doc_ids = docs.column("doc_id").to_pylist()
-    doc_uris = [sorted(set(uris_of[h]) | members_of.get(d, set())) for d, h in zip(doc_ids, hashes)]
-    docs = docs.set_column(docs.schema.get_field_index("source_uris"), "source_uris",
-                           pa.array(doc_uris, pa.list_(pa.string())))
-    # the representative's size/mtime as listed now (its bytes are the same)
-    docs = docs.set_column(docs.schema.get_field_index("mtime"), "mtime",
-                           pa.array([float(rep_of[h][3]) for h in hashes], pa.float64()))
+    # Per carried content (not per row): its paths and the representative's size/mtime as listed
+    # now (its bytes are the same); the rows take theirs by their source_hash.
+    by_hash = sorted(carried)
+    at = pc.index_in(docs.column("source_hash"), value_set=pa.array(by_hash, pa.string()))
+    doc_uris = pa.array([sorted(set(uris_of[h])) for h in by_hash], pa.list_(pa.string())).take(at)
+    mtimes = pa.array([float(rep_of[h][3]) for h in by_hash], pa.float64()).take(at)
+    # near-duplicate representatives: their members' paths join theirs
+    hit = pc.is_in(docs.column("doc_id"), pa.array(sorted(members_of), pa.string()))
+    if pc.any(hit).as_py():
+        reps = docs.filter(hit).select(["doc_id", "source_hash"])
+        rep_ids = reps.column("doc_id").to_pylist()
+        merged = pa.array([sorted(set(uris_of[h]) | members_of[d])
+                           for d, h in zip(rep_ids, reps.column("source_hash").to_pylist())], pa.list_(pa.string()))
+        doc_uris = pc.if_else(hit, merged.take(pc.index_in(docs.column("doc_id"), value_set=pa.array(rep_ids))),
+                              doc_uris)
+    docs = docs.set_column(docs.schema.get_field_index("source_uris"), "source_uris", doc_uris)
+    docs = docs.set_column(docs.schema.get_field_index("mtime"), "mtime", mtimes)
     _write(docs.cast(DOCUMENT_SCHEMA), out_dir, DOCUMENTS_DIR)
     counts["carried_documents"] = docs.num_rows
 
-    uris_by_doc = {(d, c): u for d, c, u in zip(doc_ids, docs.column("content_hash").to_pylist(), doc_uris)}
-    chunks = read_table(live.version_dir, CHUNKS_DIR)
-    pairs = list(zip(chunks.column("doc_id").to_pylist(), chunks.column("content_hash").to_pylist()))
-    keep = pa.array([p in uris_by_doc for p in pairs])
-    chunks = chunks.filter(keep)
-    kept_pairs = [p for p in pairs if p in uris_by_doc]
-    chunks = chunks.set_column(chunks.schema.get_field_index("source_uris"), "source_uris",
-                               pa.array([uris_by_doc[p] for p in kept_pairs], pa.list_(pa.string())))
-    schema = chunk_schema(embedding_dim(chunks.schema))
-    for field in schema:  # columns added since the live version was written: null
-        if field.name not in chunks.column_names:
-            chunks = chunks.append_column(field, pa.nulls(chunks.num_rows, field.type))
-    _write(chunks.select(schema.names).cast(schema), out_dir, CHUNKS_DIR)
-    counts["carried_chunks"] = chunks.num_rows
+    counts["carried_chunks"] = _carry_chunks(live.version_dir, out_dir,
+                                             docs.select(["doc_id", "content_hash", "source_uris"]))
 
     dead = read_table(live.version_dir, DEAD_LETTERS_DIR)
     dead = dead.filter(pc.is_in(dead.column("content_hash"), pa.array(sorted(carried))))
     _write(dead.cast(DEAD_LETTER_SCHEMA), out_dir, DEAD_LETTERS_DIR)
     return counts
+
+
+# The carried chunks stream: live rows are read CARRY_READ_ROWS at a time, matched to the
+# carried documents, and written CARRY_ROW_GROUP_ROWS to a row group (~10k rows of 384-d
+# vectors plus text and sentence vectors is a few tens of MB), so memory holds a row group,
+# never the live table.
+CARRY_READ_ROWS = 2048
+CARRY_ROW_GROUP_ROWS = 10_000
+
+
+def _pair_key(table) -> pa.ChunkedArray:
+    """content_hash + "\\x1f" + doc_id: one string per (doc_id, content_hash) pair. A content
+    hash is hex (never "\\x1f"), so the first separator splits it: distinct pairs, distinct keys."""
+    return pc.binary_join_element_wise(table.column("content_hash"), table.column("doc_id"), "\x1f")
+
+
+def _carry_chunks(live_dir: str, out_dir: str, keys: pa.Table) -> int:
+    """Copy the live chunks of the carried documents into out_dir/chunks, in their live order,
+    with their new source_uris; returns how many. keys: one row per carried document (doc_id,
+    content_hash, source_uris). Each batch of live rows is matched by its (doc_id, content_hash)
+    in Arrow, cast to chunk_schema(dim) (columns added since the live version was written are
+    typed nulls) and written: no vector or per-row list is ever a Python object."""
+    files = shard_files(live_dir, CHUNKS_DIR)
+    if not files or not keys.num_rows:
+        return 0
+    schema = chunk_schema(embedding_dim(pq.read_schema(files[0])))
+    target = os.path.join(out_dir, CHUNKS_DIR, CARRIED_FILE)
+    partial = target + ".partial"  # not *.parquet: no reader takes it for a shard
+    writer, rows = None, 0
+    try:
+        for group in _row_groups(_carried_batches(files, schema, keys), schema):
+            if writer is None:
+                writer = pq.ParquetWriter(partial, schema, compression="zstd")
+            writer.write_table(group)
+            rows += group.num_rows
+        if writer is not None:
+            writer.close()
+            writer = None
+            os.replace(partial, target)
+    finally:
+        if writer is not None:
+            writer.close()
+        if os.path.exists(partial):
+            os.remove(partial)
+    return rows
+
+
+def _carried_batches(files: list[str], schema: pa.Schema, keys: pa.Table) -> Iterable[pa.RecordBatch]:
+    # a document listed twice has the same paths in both rows: index_in takes the first
+    wanted = _pair_key(keys).combine_chunks()
+    uris = keys.column("source_uris").combine_chunks()
+    for f in files:
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=CARRY_READ_ROWS):
+            at = pc.index_in(_pair_key(batch), value_set=wanted)
+            keep = pc.is_valid(at)
+            batch = batch.filter(keep)
+            if not batch.num_rows:
+                continue
+            names = set(batch.schema.names)
+            columns = [uris.take(at.filter(keep)) if field.name == "source_uris"
+                       else batch.column(field.name) if field.name in names
+                       else pa.nulls(batch.num_rows, field.type) for field in schema]
+            yield pa.RecordBatch.from_arrays(columns, names=schema.names).cast(schema)
+
+
+def _row_groups(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterable[pa.Table]:
+    """Batches gathered into tables of at least CARRY_ROW_GROUP_ROWS rows (the last: the rest)."""
+    pending, n = [], 0
+    for batch in batches:
+        pending.append(batch)
+        n += batch.num_rows
+        if n >= CARRY_ROW_GROUP_ROWS:
+            yield pa.Table.from_batches(pending, schema)
+            pending, n = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending, schema)
 
 
 def _carry_near_duplicates(live_dir: str, out_dir: str, carried: set[str], uris_of: dict,
