@@ -50,7 +50,7 @@ demo-flink: $(STAMP) flink-setup
 	  $(BIN)/ragbeam answer --config configs/flink-local.yaml --index out/flink-index \
 	    --questions samples/questions.jsonl --output out/flink-answers.jsonl --overwrite --show 3'
 
-# Sections 1-6 (bench/run.py); bench/results/bench.{md,json}. Studies that tuned defaults: bench/studies/.
+# Sections 1-8 (bench/run.py); bench/results/bench.{md,json}. Studies that tuned defaults: bench/studies/.
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
 

@@ -1,14 +1,16 @@
-"""The index job: storage -> dedupe -> parse -> chunk -> contextualize -> embed -> Parquet -> DuckDB.
+"""The index job: storage -> dedupe -> parse -> chunk -> contextualize -> embed -> Parquet -> segments.
 
 The driver lists the source, runs one Beam pipeline that writes the shards of a
-new version into a staging dir, builds the DuckDB artifact from those shards,
-writes the manifest and summary, and only then publishes the version by
-switching the CURRENT pointer. A failure anywhere leaves the live version as it was.
+new version into a staging dir, carries unchanged rows over, has a second Beam pipeline
+build the new segments on workers (pipelines/segments.py: unchanged segments are reused,
+deletions become tombstones), writes the manifest and summary, and only then publishes
+the version by switching the CURRENT pointer. A failure anywhere leaves the live version as it was.
 
 The index directory may be a local path or an s3:// prefix. On object storage the
-workers write their shards straight into the staging prefix; the driver mirrors the
-shards it needs into a local scratch dir, builds the artifact there, uploads what it
-made (the artifact's sha256 in the manifest) and publishes (CURRENT written last).
+workers write their shards straight into the staging prefix and new segments straight
+into INDEX/segments/; the driver mirrors the shards it needs into a local scratch dir,
+uploads what it made (sources, carried rows, segment statistics, manifest last) and
+publishes (CURRENT written last).
 The listing never travels in the job graph: the plan is written as files into the
 staging prefix and read inside the pipeline.
 """
@@ -345,8 +347,7 @@ def upload_driver_outputs(work_dir: str, out_dir: str, fetched: list[str]) -> No
     made_set, fetched_set = set(made), set(fetched)
     last = ("manifest.json", "summary.json")
     for rel in [r for r in made if r not in fetched_set and r not in last] + [r for r in last if r in made_set]:
-        storage.upload_file(os.path.join(work_dir, rel), storage.join(out_dir, rel),
-                            kill_point_name="during_artifact_upload" if rel == "index.duckdb" else None)
+        storage.upload_file(os.path.join(work_dir, rel), storage.join(out_dir, rel))
     for rel in fetched:
         if rel not in made_set:
             storage.delete(storage.join(out_dir, rel))

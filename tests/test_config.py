@@ -123,3 +123,9 @@ def test_example_configs_name_the_variables_they_need():
     assert cfg.s3.secret_access_key == "dataflow-secret"
     for text in (repr(cfg), str(cfg), repr(settings_from_config(cfg))):  # keys are masked in reprs
         assert "dataflow-secret" not in text and "AKIA-dataflow" not in text
+
+
+def test_hnsw_mode_is_refused_at_load_with_the_key_named():
+    from configs.schema import ConfigError, load_config
+    with pytest.raises(ConfigError, match="retrieve.mode: hnsw is not served: segments are searched exactly"):
+        load_config(environ={"RAGBEAM__RETRIEVE__MODE": "hnsw"})

@@ -77,7 +77,7 @@ class SegmentSearcher:
         self.term_max = np.zeros(len(counts), np.float64)
         has = counts > 0
         if has.any():
-            self.term_max[has] = np.maximum.reduceat(w.astype(np.float64), self.post_ptr[:-1][has])
+            self.term_max[has] = np.maximum.reduceat(w, self.post_ptr[:-1][has])  # float32: no copy of w
         words = seg.words()
         self.word_df = dict(zip(words.column("word").to_pylist(), words.column("df").to_pylist()))
         if len(dead):  # the answerer's word df counts live chunks only
