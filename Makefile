@@ -7,7 +7,7 @@ INDEX   ?= out/index
 ANSWERS ?= out/answers.jsonl
 
 .PHONY: run test test-core test-flink models flink-setup demo-flink bench bench-quick bench-s3 bench-flink bench-nightly \
-        bench-eval bench-models docs install clean s3-up s3-down demo-s3
+        bench-eval bench-models bench-scale-data docs install clean s3-up s3-down demo-s3
 
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -72,6 +72,12 @@ bench-quick: $(STAMP)
 # The nightly run's cost: full index of debian-docs, change 1%, re-index (about 40 min on 2 cores).
 bench-nightly: $(STAMP)
 	$(BIN)/python -m bench.nightly_cost
+
+# Synthetic versions for the scale bench (bench/scale_data.py): 100k rows copied from a real index of
+# the sample corpus (built once under out/scale/), vectors perturbed, no model run; then its nightly.
+bench-scale-data: $(STAMP)
+	$(BIN)/python -m bench.scale_data --chunks 100000 --out out/scale/v100k --overwrite
+	$(BIN)/python -m bench.scale_data --changed-from out/scale/v100k --fraction 0.01 --out out/scale/v100k-nightly --overwrite
 
 # `ragbeam eval` on every dev set in ../shared/data (indexes under out/eval/); bench/results/eval.md.
 # The tuning studies in bench/studies/ read those indexes.
