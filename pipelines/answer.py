@@ -268,12 +268,15 @@ def _run_answer(cfg: Config, index: str, qfile, output: str, *, progress: bool,
             answer_fn = AnswerShardFn(version_dir, wcfg, spec, progress_every_s=every_s, trace=trace)
             to_answer = by_shard
         else:  # scatter (shard x segment), gather per shard (transforms/query/scatter_gather.py)
-            from transforms.query.scatter_gather import EmbedQuestionsFn, GatheredAnswerFn, SearchSegmentFn, scatter
+            from transforms.query.scatter_gather import (EmbedQuestionsFn, GatheredAnswerFn, MergeShardHits,
+                                                         SearchSegmentFn, scatter)
             embedded = by_shard | "EmbedQuestions" >> beam.ParDo(EmbedQuestionsFn(wcfg, spec))
             hits = (embedded
                     | "ScatterToSegments" >> beam.FlatMap(scatter, n_segments)
                     | "GroupBySegment" >> beam.GroupByKey()
-                    | "SearchSegment" >> beam.ParDo(SearchSegmentFn(version_dir, wcfg)))
+                    | "SearchSegment" >> beam.ParDo(SearchSegmentFn(version_dir, wcfg))
+                    | "MergeHits" >> beam.CombinePerKey(MergeShardHits(cfg.retrieve.dense_top_n,
+                                                                       cfg.retrieve.bm25_top_n)))
             to_answer = ({"questions": embedded, "hits": hits} | "GatherHits" >> beam.CoGroupByKey())
             answer_fn = GatheredAnswerFn(version_dir, wcfg, spec, progress_every_s=every_s, trace=trace)
         to_answer | "AnswerAndWriteShard" >> beam.ParDo(AnswerShardToPartFn(answer_fn, parts_dir, shards, fmt,

@@ -77,7 +77,7 @@ class AnswerSide:
         self.num_docs = self.segments.num_docs
         self._stem_con = connect(":memory:", memory_limit="256MB")  # the fts stemmer, for the query analysis
         self.analyzer = Analyzer(self._stem_con, BM25_STEMMER)
-        self.embedder = embedder or Embedder(spec)
+        self.embedder = embedder or _LazyEmbedder(spec)  # the gather side may never need the model
         # Sentence vectors shared across batches: questions hitting the same chunks reuse
         # them. ~1.5 KB a sentence, so 200k entries stay near 300 MB before a reset.
         self.sentence_vectors = VectorCache(max_entries=200_000)
@@ -272,6 +272,22 @@ class AnswerSide:
                              "text": c.text, "dense_cosine": _round(c.dense_cosine),
                              "bm25_coverage": _round(c.bm25_coverage)} for c in head[:n_ctx]],
                 "ms_per_question": ms}
+
+
+class _LazyEmbedder:
+    """An Embedder made on first use: the answer side of a scattered job gets the question
+    vectors with the hits, and loads the model only when a reranker or a chunk without stored
+    sentence vectors needs it."""
+
+    def __init__(self, spec: ModelSpec):
+        self._spec, self._real = spec, None
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._real is None:
+            self._real = Embedder(self._spec)
+        return getattr(self._real, name)
 
 
 class QAEngine(AnswerSide):

@@ -4,11 +4,13 @@
                    --ScatterToSegments--> (segment, shard payload) for every segment
                    --GroupBySegment--> SearchSegment: one worker opens one segment, searches every
                                        shard given to it, releases it   -> (shard, (segment, hits))
-  CoGroupByKey(shard) --> the shard's questions with every segment's hits
+  MergeHits (CombinePerKey(shard)) --> per question, the segments' hits folded one at a time
+                                       into one top list each (segment_search.merge_hits)
+  CoGroupByKey(shard) --> the shard's questions with their merged hits
                    --AnswerAndWriteShard--> gather per question, fuse, rerank, answer, write
 
-A worker's memory follows one segment (the searcher) and one shard's hits (about
-(dense_top_n + bm25_top_n) numbers per question and segment), not the corpus.
+A worker's memory follows one segment (the searcher) and one shard's merged hits (about
+(dense_top_n + bm25_top_n) numbers per question), neither the corpus nor the number of segments.
 """
 from __future__ import annotations
 
@@ -110,6 +112,36 @@ class SearchSegmentFn(beam.DoFn):
         finally:
             del searcher
             self.segments.release(int(i))
+
+
+class MergeShardHits(beam.CombineFn):
+    """(segment, [SegmentHits per question]) values of one shard -> one merged list per question."""
+
+    def __init__(self, dense_n: int, bm25_n: int):
+        self.dense_n, self.bm25_n = dense_n, bm25_n
+
+    def create_accumulator(self):
+        return None
+
+    def _merge(self, a, b):
+        from transforms.query.segment_search import merge_hits
+        if a is None:
+            return b
+        if b is None:
+            return a
+        return [merge_hits(x, y, self.dense_n, self.bm25_n) for x, y in zip(a, b)]
+
+    def add_input(self, acc, element):
+        return self._merge(acc, element[1])
+
+    def merge_accumulators(self, accs):
+        out = None
+        for a in accs:
+            out = self._merge(out, a)
+        return out
+
+    def extract_output(self, acc):
+        return (-1, acc or [])  # "every segment", in the (segment, hits) shape the answer step takes
 
 
 class GatheredAnswerFn(AnswerShardFn):

@@ -200,6 +200,29 @@ def unseen_term_weight(num_docs: int) -> float:
     return float(np.log10((num_docs - 1 + 0.5) / (1 + 0.5) + 1))
 
 
+def merge_hits(a: SegmentHits, b: SegmentHits, dense_n: int, bm25_n: int) -> SegmentHits:
+    """Two hit sets of one question as one: each top list cut to its length by (-score, number),
+    both scores kept for the chunks that stay, term maxima maxed and word counts summed. Associative
+    and commutative (the order the segments come in never matters), so the gather can fold
+    segments one at a time and hold one segment's worth of hits per question."""
+    def top(nos, scores, n):
+        o = np.lexsort((nos, -scores))[:n]
+        return nos[o], scores[o]
+    dn, dc = top(np.concatenate([a.dense_no, b.dense_no]), np.concatenate([a.dense_cos, b.dense_cos]), dense_n)
+    bn, bs = top(np.concatenate([a.bm25_no, b.bm25_no]), np.concatenate([a.bm25_score, b.bm25_score]), bm25_n)
+    cn = np.concatenate([a.cand_no, b.cand_no])
+    keep = np.isin(cn, np.union1d(dn, bn))
+    order = np.argsort(cn[keep], kind="stable")
+    tm = dict(a.term_max)
+    for t, v in b.term_max.items():
+        tm[t] = max(tm.get(t, 0.0), v)
+    wdf = dict(a.word_df)
+    for w, c in b.word_df.items():
+        wdf[w] = wdf.get(w, 0) + c
+    return SegmentHits(dn, dc, bn, bs, cn[keep][order], np.concatenate([a.cand_cos, b.cand_cos])[keep][order],
+                       np.concatenate([a.cand_bm25, b.cand_bm25])[keep][order], tm, wdf)
+
+
 @dataclass
 class Gathered:
     """One question's first stage over every segment: global lists and both scores of each chunk."""
