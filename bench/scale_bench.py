@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="100000,250000,300000,1000000")
     ap.add_argument("--segment", type=int, default=250_000)
     ap.add_argument("--questions", default="500")
-    ap.add_argument("--nightly", default="300000", help="sizes that also get a 1%% nightly ('' for none)")
+    ap.add_argument("--nightly", default="300000,1000000", help="sizes that also get a 1%% nightly ('' for none)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "scale.json"))
     ap.add_argument("--index", help=argparse.SUPPRESS)
     ap.add_argument("--version", help=argparse.SUPPRESS)

@@ -24,24 +24,34 @@ from transforms.index.segments import SEGMENTS_DIR, Segment, SegmentRows, write_
 
 
 def read_shard_rows(files: list[str], lo: str, hi: str) -> SegmentRows:
-    """Chunk rows with lo <= chunk_id <= hi from Parquet shards (downloaded first from S3)."""
-    from transforms.index.artifacts import connect
+    """Chunk rows with lo <= chunk_id <= hi from Parquet shards (downloaded first from S3), read
+    file by file with the filter pushed into the reader: a worker holds its segment's rows and one
+    file's matching row groups, never the shards whole."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from transforms.records import chunk_schema, embedding_dim
+    parts = []
     with tempfile.TemporaryDirectory(prefix="ragbeam-seg-") as d:
-        local = []
         for i, f in enumerate(files):
+            local = f
             if is_s3(f):
-                p = os.path.join(d, f"{i:05d}.parquet")
-                storage.download_file(f, p)
-                local.append(p)
-            else:
-                local.append(f)
-        con = connect(":memory:", memory_limit="2GB")
-        try:
-            t = con.execute("SELECT * FROM read_parquet(?, union_by_name = true) "
-                            "WHERE chunk_id BETWEEN ? AND ? ORDER BY chunk_id", [local, lo, hi]).to_arrow_table()
-        finally:
-            con.close()
-    return SegmentRows.from_chunk_table(t)
+                local = os.path.join(d, f"{i:05d}.parquet")
+                storage.download_file(f, local)
+            t = pq.read_table(local, filters=[("chunk_id", ">=", lo), ("chunk_id", "<=", hi)])
+            if is_s3(f):
+                os.remove(local)
+            if not t.num_rows:
+                continue
+            schema = chunk_schema(embedding_dim(t.schema))
+            for field in schema:  # shards written before a column existed (sentence vectors): nulls
+                if field.name not in t.column_names:
+                    t = t.append_column(field, pa.nulls(t.num_rows, field.type))
+            parts.append(SegmentRows.from_chunk_table(t.select(schema.names)))
+            del t
+    if not parts:
+        return SegmentRows.from_chunk_table(pa.table({n: pa.array([], f.type) for n, f in
+                                                      zip(chunk_schema(1).names, chunk_schema(1))}))
+    return SegmentRows.concat(parts)
 
 
 class BuildSegmentFn(beam.DoFn):

@@ -29,7 +29,7 @@ import os
 import shutil
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -119,21 +119,34 @@ class SegmentRows:
 def segment_id(rows: pa.Table, namespace: str) -> str:
     """Content-derived: the same rows under the same model and analyzer give the same id."""
     h = hashlib.sha256(f"{SEGMENT_FORMAT}|{namespace}|{ANALYZER_VERSION}|{BM25_STEMMER}\n".encode())
-    cols = [rows.column(c).to_pylist() for c in ROW_COLUMNS]
-    for values in zip(*cols):
-        h.update(json.dumps(values, separators=(",", ":"), ensure_ascii=False).encode())
-        h.update(b"\n")
+    for lo in range(0, rows.num_rows, 10_000):  # a slice at a time: no Python copy of every row at once
+        part = rows.slice(lo, 10_000)
+        cols = [part.column(c).to_pylist() for c in ROW_COLUMNS]
+        for values in zip(*cols):
+            h.update(json.dumps(values, separators=(",", ":"), ensure_ascii=False).encode())
+            h.update(b"\n")
     return h.hexdigest()[:32]
 
 
-def _postings(analyzer: Analyzer, texts: Iterable[str], n: int):
-    """(sorted terms, term df, post_ptr, post_doc, post_tf, doc_len) of the texts, analysed in blocks."""
+def _blocks(rows: pa.Table, column: str, with_context: bool = False):
+    """(offset, texts) a block at a time: "context\ntext" (what BM25 indexes) or one column."""
+    for lo in range(0, rows.num_rows, ANALYZE_BLOCK):
+        part = rows.slice(lo, ANALYZE_BLOCK)
+        texts = pc.fill_null(part.column(column), "").to_pylist()
+        if with_context:
+            ctx = pc.fill_null(part.column("context"), "").to_pylist()
+            texts = [c + "\n" + t for c, t in zip(ctx, texts)]
+        yield lo, texts
+
+
+def _postings(analyzer: Analyzer, rows: pa.Table):
+    """(sorted terms, term df, post_ptr, post_doc, post_tf, doc_len) of the rows, analysed in blocks."""
     vocab: dict[str, int] = {}
     keys_parts, tf_parts = [], []
+    n = rows.num_rows
     doc_len = np.zeros(n, np.int32)
-    texts = list(texts)
-    for lo in range(0, n, ANALYZE_BLOCK):
-        docs = analyzer.analyze(texts[lo:lo + ANALYZE_BLOCK])
+    for lo, texts in _blocks(rows, "text", with_context=True):
+        docs = analyzer.analyze(texts)
         ids, doc_of = [], []
         for j, toks in enumerate(docs):
             doc_len[lo + j] = len(toks)
@@ -162,11 +175,12 @@ def _postings(analyzer: Analyzer, texts: Iterable[str], n: int):
     return terms, df, ptr, doc, tf, doc_len
 
 
-def _word_df(texts: Iterable[str]) -> tuple[list[str], np.ndarray]:
+def _word_df(rows: pa.Table) -> tuple[list[str], np.ndarray]:
     from transforms.query.extract import content_words
     df: Counter = Counter()
-    for t in texts:
-        df.update(content_words(t or ""))
+    for _, texts in _blocks(rows, "text"):
+        for t in texts:
+            df.update(content_words(t))
     words = sorted(df)
     return words, np.array([df[w] for w in words], np.int32)
 
@@ -189,12 +203,8 @@ def write_segment(seg: SegmentRows, segments_root: str, namespace: str, con=None
         from transforms.index.artifacts import connect
         con = connect(":memory:", memory_limit="256MB")
     try:
-        texts = (pc.fill_null(seg.rows.column("context"), "").to_pylist(),
-                 pc.fill_null(seg.rows.column("text"), "").to_pylist())
-        bm25_texts = [c + "\n" + t for c, t in zip(*texts)]
-        terms, df, ptr, doc, tf, doc_len = _postings(Analyzer(con, BM25_STEMMER), bm25_texts, seg.n)
-        del bm25_texts
-        words, wdf = _word_df(texts[1])
+        terms, df, ptr, doc, tf, doc_len = _postings(Analyzer(con, BM25_STEMMER), seg.rows)
+        words, wdf = _word_df(seg.rows)
     finally:
         if own:
             con.close()
