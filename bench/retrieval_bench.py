@@ -86,7 +86,6 @@ def bench_retrieval(cfg, index: dict, questions: list[dict], n_answer: int, batc
     from transforms.ingest.embed import model_spec_from_config
     from transforms.query.engine import QAEngine
     from transforms.query.records import Question
-    from transforms.query.retrieve import DenseIndex
 
     spec = model_spec_from_config(cfg)
     embedder = index["embedder"]
@@ -101,7 +100,7 @@ def bench_retrieval(cfg, index: dict, questions: list[dict], n_answer: int, batc
     corpus = [r[0] for r in con.execute("SELECT coalesce(context, '') || '\n' || coalesce(text, '') "
                                         "FROM chunks ORDER BY chunk_no").fetchall()]
     with timed() as load_base:
-        base = Bm25NumpyBaseline(corpus, DenseIndex.from_artifact(con).matrix, embedder)
+        base = Bm25NumpyBaseline(corpus, np.concatenate([np.asarray(s.vectors) for s in engine.searchers]), embedder)
 
     def run_engine():
         for b in batches:

@@ -109,9 +109,6 @@ def plan_segments(fresh_files: list[str], fresh_ids: pa.Array, carried_ids: pa.A
         count = len(members) + (1 if fresh_tier == t else 0)
         if count >= policy.merge_factor:
             merge.update(members)
-    for s in merge:
-        live_count_s = live_count[s]
-        assert live_count_s > 0
     for s, _, _ in live_segments:
         if live_count[s] and s not in merge:
             keep[s] = dead_of[s]
