@@ -243,8 +243,24 @@ def meets(r: dict, need: dict) -> bool:
             and r["nf_ans"] <= need["nf_ans_max"] and r["nf_unans"] >= need["nf_unans_min"])
 
 
+def chunk_ordinals(e) -> list[tuple]:
+    """(chunk_no, doc_id, ordinal) of every live chunk. The segments' rows hold no ordinal, so
+    it comes from the version's chunk shards, by chunk_id (the pre-segment artifact's chunks
+    table had the column)."""
+    from bench.studies.segview import live_mask
+    from transforms.index.shards import CHUNKS_DIR, read_table
+
+    t = read_table(e.segments.version_dir, CHUNKS_DIR, ["chunk_id", "ordinal"])
+    ordinal = dict(zip(t.column("chunk_id").to_pylist(), t.column("ordinal").to_pylist()))
+    live = live_mask(e)
+    ids = [i for s in e.searchers for i in s.seg.rows.column("chunk_id").to_pylist()]
+    docs = e.doc_ids
+    return [(c, docs[c], ordinal[cid]) for c, cid in enumerate(ids) if live[c] and cid in ordinal]
+
+
 def main(argv=None) -> None:
     from bench.studies.answer_variants import answer_rows, collect, score_set
+    from bench.studies.segview import live_texts
     from configs.schema import load_config
     from bench.studies.devsets import DATA_ROOT, squad_samples
     from transforms.evaluation.datasets import DocLabels, load_dataset
@@ -279,10 +295,13 @@ def main(argv=None) -> None:
     a = e.answerer
     if not isinstance(a, SentenceAnswerer):
         raise SystemExit("answer.kind must be extractive")
+    if cfg.answer.lexical_idf:  # the engine sets it per batch from the hits' word df: here, once for every word
+        a.set_idf(live_texts(e))
+    sentences = e.segments.sentences  # the version's sentence store (spans and int8 vectors)
     out = {"config": {"answer": cfg.answer.model_dump(exclude={"api_key"}), "retrieve": cfg.retrieve.model_dump()}}
 
     def report(label, params):
-        b = SentenceAnswerer(None, e.sentences, params)
+        b = SentenceAnswerer(None, sentences, params)
         b.idf, b.idf_max = a.idf, a.idf_max
         row = {k: {m: (round(v, 4) if isinstance(v, float) else v) for m, v in score_set(b, qs).items()
                    if not m.startswith("_")} for k, qs in sets.items()}
@@ -292,7 +311,7 @@ def main(argv=None) -> None:
     base = a.p
     # the sentence evidence alone, at its own tuned threshold
     report("sentence_evidence", SentenceParams(**{**base.__dict__, "evidence_model": None, "threshold": 0.58}))
-    xe, ye = evidence_rows(SentenceAnswerer(None, e.sentences, SentenceParams(**{**base.__dict__, "evidence_model": None})), sets["tune"])
+    xe, ye = evidence_rows(SentenceAnswerer(None, sentences, SentenceParams(**{**base.__dict__, "evidence_model": None})), sets["tune"])
     w, b = fit_logistic(xe, ye)
     model = tuple(round(float(v), 3) for v in w) + (round(b, 3),)
     out["evidence_model"] = dict(zip(EVIDENCE_FEATURES + ("bias",), model))
@@ -303,7 +322,7 @@ def main(argv=None) -> None:
     # then apply each threshold to the recorded evidence
     grid = {}
     for gap, bonus, most in itertools.product(GAPS, BONUSES, MAX_SENTENCES):
-        b = SentenceAnswerer(None, e.sentences, SentenceParams(**{
+        b = SentenceAnswerer(None, sentences, SentenceParams(**{
             **base.__dict__, "evidence_model": model, "threshold": -1.0, "gap": gap,
             "same_source_bonus": bonus, "max_sentences": most}))
         b.idf, b.idf_max = a.idf, a.idf_max
@@ -321,7 +340,7 @@ def main(argv=None) -> None:
     report("configured", base)
     # small-to-big (tried): the neighbouring chunks (same document, ordinal +-1) of the top
     # chunk join the answerer's context, right after it
-    rows = e.con.execute("SELECT chunk_no, doc_id, ordinal FROM chunks").fetchall()
+    rows = chunk_ordinals(e)
     at = {(d, o): c for c, d, o in rows}
     pos = {c: (d, o) for c, d, o in rows}
     grown = {}
@@ -335,7 +354,7 @@ def main(argv=None) -> None:
                     d, o = pos[head[0].chunk_no]
                     have = {c.chunk_no for c in head}
                     extra = [at[(d, o + k)] for k in (-1, 1) if (d, o + k) in at and at[(d, o + k)] not in have]
-                    head = head[:1] + e.chunks.candidates(extra) + head[1:]
+                    head = head[:1] + e.segments.candidates(extra) + head[1:]
                 q2[key] = head
             grown[name].append(q2)
     out["small_to_big_questions_grown"] = {k: sum(len(g["head"]) > len(q["head"][:base.top_chunks])

@@ -27,7 +27,8 @@ from transforms.query.cite import strip_markers
 
 
 def build_sentence_vectors(ev: Evaluator, kind: str, cache_dir: str):
-    """Per chunk_no: (spans, vectors float32) for `kind`, and the chunks/s it took."""
+    """Per chunk_no: (spans, vectors float32) for `kind`, and the chunks/s it took. Every chunk
+    number of the version gets its row (a tombstoned one too: the store is indexed by number)."""
     from transforms.ingest.sentvec import chunk_sentence_vectors
     path = os.path.join(cache_dir, f"sentvec-{kind}.npz")
     con = ev.engine.con
@@ -102,6 +103,7 @@ def main(argv=None) -> None:
     from transforms.query.extract import SentenceAnswerer, SentenceParams
     from transforms.index.publish import resolve_index
     from transforms.ingest.sentvec import SentenceStore
+    from bench.studies.segview import live_texts
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--index", default="out/eval/squad/index")
@@ -142,7 +144,7 @@ def main(argv=None) -> None:
     results = []
 
 
-    idf_texts = [r[0] for r in ev.engine.con.execute("SELECT text FROM chunks ORDER BY chunk_no").fetchall()]
+    idf_texts = live_texts(ev.engine)  # the live chunks' texts (the artifact's chunks.text)
 
     def run(kind, dt, idf=False, **kw):
         a = SentenceAnswerer(None, stores[(kind, dt)], SentenceParams(**kw))

@@ -4,8 +4,9 @@
 
 Like bench.studies.fusion_variants (same depth, same scoring), with BM25 scaled by an absolute bound
 instead of (or besides) its per-query min-max:
-  ub          the query's BM25 bound (BM25Index.bounds: each known term's highest posting
-              weight, plus a once-seen term's weight for each term the index lacks)
+  ub          the query's BM25 bound (the first stage's bm25_bound, segment_search.gather: each
+              known term's highest posting weight over the live chunks, plus a once-seen term's
+              weight for each term the index lacks)
   cc-a        today's: a*minmax(dense) + (1-a)*minmax(bm25)
   ccub-a      a*minmax(dense) + (1-a)*conf*minmax(bm25), conf = top bm25 / ub (BM25 counts as
               much as its best match covers the query's terms)
@@ -21,7 +22,7 @@ import numpy as np
 
 from bench.studies.devsets import DEV_SETS, add_dev_set_args, append_rows, iter_dev_sets
 from transforms.evaluation import metrics as M
-from transforms.query.fuse import _scores_on, _valid, bm25_scores_for, normalise
+from transforms.query.fuse import _scores_on, _valid, normalise
 
 # the dev sets, plus the extra indexes the near-duplicate comparison scores (ROOT/<name>/index)
 SETS = {**DEV_SETS, "msmarco-off": DEV_SETS["msmarco"], "debian-docs-off": DEV_SETS["debian-docs"]}
@@ -29,6 +30,7 @@ SETS = {**DEV_SETS, "msmarco-off": DEV_SETS["msmarco"], "debian-docs-off": DEV_S
 
 def main(argv=None) -> None:
     from configs.schema import load_config
+    from bench.studies.segview import as_arrays, exact_fill, first_stage
 
     ap = argparse.ArgumentParser()
     add_dev_set_args(ap, "cranfield,vaswani,msmarco,squad,debian-docs", "out/fusion_adaptive.jsonl")
@@ -40,21 +42,20 @@ def main(argv=None) -> None:
         e = ev.engine
         qv = e.embedder.encode_queries(texts)
         qv = qv / np.linalg.norm(qv, axis=1, keepdims=True)
-        d_s, d_i = e.dense.search(qv, N, ev.public)
-        terms, bounds = e.bm25.analyze(texts)
-        b_s, b_i = e.bm25.search(texts, N, ev.public, terms=terms)
-        bm = e.bm25
-        mat = e.dense.matrix
+        first = first_stage(e, texts, qv, N, ev.public)  # dense and BM25 top N, bounds, exact scores
+        dense = [as_arrays(r.dense) for r in first]
+        bm25 = [as_arrays(r.bm25) for r in first]
 
         def ranking(j, how, a):
-            di, ds_ = _valid(d_i[j], d_s[j])
-            bi, bs = _valid(b_i[j], b_s[j])
+            di, ds_ = _valid(*dense[j])
+            bi, bs = _valid(*bm25[j])
             union = np.union1d(di, bi)
             if not len(union):
                 return []
-            nd = _scores_on(union, di, ds_, lambda c: mat[c] @ qv[j])
-            nb = _scores_on(union, bi, bs, lambda c: bm25_scores_for(bm, terms[j], c))
-            ub = float(bounds[j]) if bounds[j] > 0 else 1.0
+            nd = _scores_on(union, di, ds_, exact_fill(first[j].cos_of))
+            nb = _scores_on(union, bi, bs, exact_fill(first[j].bm25_of))
+            bound = first[j].bm25_bound or 0.0
+            ub = float(bound) if bound > 0 else 1.0
             if how == "cc":
                 f = a * normalise(nd, ds_) + (1 - a) * normalise(nb, bs)
             elif how == "ccub":
@@ -82,8 +83,8 @@ def main(argv=None) -> None:
             row = {"set": name, "variant": variant, "ndcg@10": round(ndcg(rankings), 4)}
             rows.append(row)
             print(json.dumps(row), flush=True)
-        record("dense", [[int(c) for c in d_i[j] if c >= 0] for j in range(len(ids))])
-        record("bm25", [[int(c) for c in b_i[j] if c >= 0] for j in range(len(ids))])
+        record("dense", [[c for c, _ in r.dense] for r in first])
+        record("bm25", [[c for c, _ in r.bm25] for r in first])
         for how in ("cc", "ccub", "abs"):
             for a in ((0.6, 0.7, 0.8) if how != "abs" else (0.7, 0.75, 0.78, 0.8, 0.82, 0.85, 0.9, 0.95)):
                 fused = [ranking(j, how, a) for j in range(len(ids))]

@@ -10,7 +10,8 @@ the same lists:
                  norm = minmax (over each retriever's own top-N) | zscore | max (divide by the max)
 Scores of a chunk that one retriever did not return in its top-N are filled with its
 exact score (dense: cosine; BM25: the sparse sum), so the union is scored on both sides.
-BM25 k1/b variants reload the postings with other parameters (same artifact).
+BM25 k1/b variants reweigh every segment's postings with other parameters (the same segments
+and corpus-wide statistics, bench.studies.segview.searchers_with_bm25).
 """
 from __future__ import annotations
 
@@ -30,21 +31,24 @@ DEPTH = 200
 
 def main(argv=None) -> None:
     from configs.schema import load_config
-    from transforms.query.retrieve import BM25Index
+    from bench.studies.segview import as_arrays, exact_fill, first_stage, searchers_with_bm25
 
     ap = argparse.ArgumentParser()
     add_dev_set_args(ap, "cranfield,vaswani,msmarco,squad", "out/fusion_variants.jsonl")
     ap.add_argument("--top-n", type=int, default=50, help="per-retriever depth fused (production: 50)")
     args = ap.parse_args(argv)
     cfg = load_config(None)
+    # the engine's own BM25 parameters (engine.open_searcher)
+    own_k1, own_b = float(cfg.retrieve.bm25_k1 or 1.2), float(cfg.retrieve.bm25_b or 0.75)
     rows = []
     for name, ev, ids, qrels, texts in iter_dev_sets(args, cfg):
         t = time.perf_counter()
-        qv = ev.engine.embedder.encode_queries(texts)
+        e = ev.engine
+        qv = e.embedder.encode_queries(texts)
         allowed = ev.public
-        d_s, d_i = ev.engine.dense.search(qv, DEPTH, allowed)
-        mat = ev.engine.dense.matrix
-        print(f"{name}: {len(ids)} queries, {mat.shape[0]} chunks, dense {time.perf_counter() - t:.1f}s", flush=True)
+        first = first_stage(e, texts, qv, DEPTH, allowed)  # dense and BM25, DEPTH deep
+        print(f"{name}: {len(ids)} queries, {e.segments.n} chunks, first stage {time.perf_counter() - t:.1f}s",
+              flush=True)
 
         def ndcg(rankings):
             return float(np.mean([M.ndcg_at_k(ev.docs(r), qr, 10) for r, qr in zip(rankings, qrels)]))
@@ -54,42 +58,32 @@ def main(argv=None) -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
 
-        dense_rank = [[int(c) for c in d_i[j] if c >= 0] for j in range(len(ids))]
+        dense_rank = [[c for c, _ in r.dense] for r in first]
         record("dense", dense_rank)
         for k1, b in ((None, None), (0.9, 0.4), (1.2, 0.4), (1.5, 0.75), (0.9, 0.75)):
-            bm = ev.engine.bm25 if k1 is None else BM25Index(ev.engine.con, k1=k1, b=b)
-            tag = f"k1={bm.k1},b={bm.b}"
-            b_s, b_i = bm.search(texts, DEPTH, allowed)
-            q_of, docs_all, s_all = bm.scores(texts)
-            bounds = np.searchsorted(q_of, np.arange(len(texts) + 1))
-            bm_rank = [[int(c) for c in b_i[j] if c >= 0] for j in range(len(ids))]
+            # the same dense lists either way; BM25 under these k1/b
+            lists = first if k1 is None else first_stage(e, texts, qv, DEPTH, allowed,
+                                                          searchers_with_bm25(e, k1, b))
+            tag = f"k1={own_k1 if k1 is None else float(k1)},b={own_b if b is None else float(b)}"
+            bm_rank = [[c for c, _ in r.bm25] for r in lists]
             record("bm25", bm_rank, bm25=tag)
             N = args.top_n
             record("rrf", [[c for c, _ in rrf_fuse({"dense": dr[:N], "bm25": br[:N]}, k=60)]
                            for dr, br in zip(dense_rank, bm_rank)], bm25=tag)
             if k1 is not None and (k1, b) != (0.9, 0.4):
-                continue  # convex variants on the artifact's own and on bm25s's parameters only
+                continue  # convex variants on the index's own and on bm25s's parameters only
+            arrays = [(as_arrays(r.dense), as_arrays(r.bm25)) for r in lists]
             for norm in ("minmax", "zscore", "max"):
                 for fill in ("exact", "floor"):
                     if fill == "floor" and norm != "minmax":
                         continue
                     for a in (0.3, 0.4, 0.5, 0.6, 0.7):
                         rankings = []
-                        for j in range(len(ids)):
-                            sp_docs, sp_s = docs_all[bounds[j]:bounds[j + 1]], s_all[bounds[j]:bounds[j + 1]]
-
-                            def bfill(c, sp_docs=sp_docs, sp_s=sp_s):
-                                if not len(sp_docs):
-                                    return np.zeros(len(c))
-                                pos = np.clip(np.searchsorted(sp_docs, c), 0, len(sp_docs) - 1)
-                                return np.where(sp_docs[pos] == c, sp_s[pos], 0.0)
-
-                            def dfill(c, j=j):
-                                return mat[c] @ qv[j]
-
-                            fused = convex_fuse(d_i[j][:N], d_s[j][:N], b_i[j][:N], b_s[j][:N], alpha=a, norm=norm,
-                                                dense_fill=dfill if fill == "exact" else None,
-                                                bm25_fill=bfill if fill == "exact" else None)
+                        for r, ((d_i, d_s), (b_i, b_s)) in zip(lists, arrays):
+                            # exact fill: every chunk of either list has both scores (cos_of, bm25_of)
+                            fused = convex_fuse(d_i[:N], d_s[:N], b_i[:N], b_s[:N], alpha=a, norm=norm,
+                                                dense_fill=exact_fill(r.cos_of) if fill == "exact" else None,
+                                                bm25_fill=exact_fill(r.bm25_of) if fill == "exact" else None)
                             rankings.append([c for c, _ in fused])
                         record(f"cc-{norm}-{fill}-{a}", rankings, bm25=tag, alpha=a, norm=norm, fill=fill)
         ev.close()

@@ -13,13 +13,32 @@ import json
 import time
 
 
+def first_chunks(version_dir: str, n: int) -> list[tuple]:
+    """(context, text) of the version's first n live chunks in chunk-number order, read from its
+    segments (what `SELECT context, text FROM chunks ORDER BY chunk_no LIMIT n` gave on the
+    pre-segment index.duckdb, which held live chunks only)."""
+    import numpy as np
+
+    from transforms.common import storage
+    from transforms.query.version_segments import VersionSegments
+
+    vs = VersionSegments(version_dir, json.loads(storage.read_text(storage.join(version_dir, "manifest.json"))))
+    out: list[tuple] = []
+    for i in range(len(vs)):
+        if len(out) >= n:
+            break
+        seg, (_, dead) = vs.segment(i), vs.stats(i)
+        live = np.setdiff1d(np.arange(seg.n), np.asarray(dead, np.int64))[:n - len(out)]
+        t = seg.rows.select(["context", "text"]).take(live)
+        out += list(zip(t.column("context").to_pylist(), t.column("text").to_pylist()))
+    return out
+
+
 def main(argv=None) -> None:
     from configs.schema import load_config
-    from transforms.index.artifacts import open_artifact
     from transforms.ingest.embed import Embedder, model_spec_from_config
     from transforms.index.publish import resolve_index
     from transforms.ingest.sentvec import chunk_sentence_vectors
-    import os
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--index", required=True)
@@ -28,9 +47,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     cfg = load_config(None)
     emb = Embedder(model_spec_from_config(cfg))
-    con = open_artifact(os.path.join(resolve_index(args.index), "index.duckdb"))
-    rows = con.execute(f"SELECT context, text FROM chunks ORDER BY chunk_no LIMIT {int(args.n)}").fetchall()
-    con.close()
+    rows = first_chunks(resolve_index(args.index), args.n)
     texts = [t or "" for _, t in rows]
     ets = [f"{c}\n{t}" if c else t for c, t in rows]
     bs = cfg.embed.batch_size
