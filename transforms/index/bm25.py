@@ -9,7 +9,7 @@ import duckdb
 
 from transforms.common.text import STOPWORDS
 
-ANALYZER_VERSION = "codes-v1"  # bump when bm25_tokens changes: old artifacts then mismatch
+ANALYZER_VERSION = "codes-v2"  # bump when bm25_tokens changes: old artifacts then mismatch
 
 # --- BM25 tokenisation (shared by documents and queries) ------------------------------
 # fts's default ignore regex '(\.|[^a-z])+' deletes digits and punctuation, so
@@ -63,4 +63,7 @@ class Analyzer:
         toks = [bm25_tokens(t) for t in texts]
         self._fill(w for ts in toks for w in ts if _PLAIN_WORD.fullmatch(w))
         st = self._stem
-        return [[st.get(w, w) for w in ts] for ts in toks]
+        # the porter stemmer maps a lone "s" (of "Python's") to "": not a term, on either side
+        # (fts split the joined text on whitespace and so dropped it too)
+        out = [[st.get(w, w) for w in ts] for ts in toks]
+        return [[w for w in ts if w] for ts in out]
