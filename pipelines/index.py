@@ -297,7 +297,9 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
         raise NoChunksError(f"no chunks to index from {input_uri}: {len(plan.listed)} objects, "
                             f"{dead} dead-lettered (reasons in {out_dir}/dead_letters); nothing published")
     segmented = {}
-    if cfg.artifacts.build:  # segments: built by workers, unchanged ones reused (pipelines/segments.py)
+    # counts first: a run that does not reconcile is not published, so it builds no segments
+    balanced = reconcile(stats, listed=len(plan.listed), skipped=len(plan.skipped))["balanced"]
+    if cfg.artifacts.build and balanced:  # segments: built by workers, unchanged ones reused (pipelines/segments.py)
         segmented = segment_version(index_dir, work_dir, out_dir, cfg, spec,
                                     plan.live.manifest if plan.live else None, beam_args=beam_args, log=log)
     artifact = {k: segmented[k] for k in ("artifact_s", "plan_s", "build_s", "stats_s")} if segmented else {}

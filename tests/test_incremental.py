@@ -109,12 +109,16 @@ def test_killed_runs_leave_the_live_version_answering(tmp_path, test_config):
     live = publish.current_version(str(index_dir))
     copy_corpus(src, ["records/faq.jsonl", "git/git-version.txt"])  # tonight's new documents
 
-    for stage in ("during_embed", "after_pipeline", "after_artifact"):
+    from transforms.ingest.embed import Embedder, model_spec_from_config
+    spec = model_spec_from_config(test_config)
+    embedder = Embedder(spec)
+    # in the pipeline, and after the new segments are built (INDEX/segments/ holds them, no version
+    # lists them); a kill between the two (after_pipeline) fails the same way and costs a run more
+    for stage in ("during_embed", "after_artifact"):
         run = _index_cmd(src, index_dir, kill_at=stage)
         assert run.returncode == -9, (stage, run.returncode, run.stderr[-2000:])
         assert publish.current_version(str(index_dir)) == live, stage
-        engine = QAEngine(publish.resolve_index(str(index_dir)), test_config,
-                          __import__("transforms.ingest.embed", fromlist=["x"]).model_spec_from_config(test_config))
+        engine = QAEngine(publish.resolve_index(str(index_dir)), test_config, spec, embedder=embedder)
         (rec,) = engine.answer_batch([Question("q", "What does fnmatch match?")], top_k=3)
         engine.close()
         assert rec.status == "answered" and rec.index_version == live

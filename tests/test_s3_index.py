@@ -113,6 +113,10 @@ def test_index_on_s3_publishes_nightly_runs_and_prunes(s3_server, s3_source, tes
     # nothing changed: nothing read, parsed or embedded
     third = run_index(cfg, "s3://s3index/night0", index2, progress=False, log=quiet)
     assert (third["read"], third["parsed"], third["embedded"]) == (0, 0, 0)
+    # and every segment is listed again by id with the same tombstones: nothing built
+    m2 = json.loads(storage.read_text(f"{index2}/versions/{second['version']}/manifest.json"))
+    m3 = json.loads(storage.read_text(f"{index2}/versions/{third['version']}/manifest.json"))
+    assert m3["segments"] == m2["segments"] and third["artifact"]["built"] == 0
 
 
 # --- the leased writer lock ------------------------------------------------------------

@@ -6,23 +6,23 @@ import os
 
 import pytest
 
-from pipelines.index import run_index
-from tests.conftest import SAMPLES
-from tests.test_incremental import TINY, quiet, s3_config
+from tests.test_incremental import s3_config
 from transforms.common import storage
 from transforms.index import publish
 from transforms.index.segment_store import SegmentMismatch, local_segment
 
 
 @pytest.fixture(scope="module")
-def s3_segment(s3_server, test_config):
-    c = s3_server.client()
-    c.create_bucket(Bucket="segcache")
-    for rel in TINY:
-        c.upload_file(str(SAMPLES / rel), "segcache", f"docs/{rel}")
-    run_index(s3_config(test_config, s3_server), "s3://segcache/docs", "s3://segcache/index", progress=False, log=quiet)
-    manifest = json.loads(storage.read_text(publish.resolve_index("s3://segcache/index") + "/manifest.json"))
-    return "s3://segcache/index", manifest["segments"][0]
+def s3_segment(s3_server, test_config, mini_index):
+    """The mini index's segment put on S3 as a worker puts it (segment.json last)."""
+    from transforms.common.s3 import export_to_environment, settings_from_config
+    from transforms.index.segment_store import upload_segment
+    export_to_environment(settings_from_config(s3_config(test_config, s3_server)))
+    s3_server.client().create_bucket(Bucket="segcache")
+    manifest = json.loads(open(os.path.join(publish.resolve_index(str(mini_index[0])), "manifest.json")).read())
+    entry = manifest["segments"][0]
+    upload_segment(os.path.join(str(mini_index[0]), "segments", entry["id"]), "s3://segcache/index", entry["id"])
+    return "s3://segcache/index", entry
 
 
 @pytest.mark.parametrize("tamper", ["replace_same_size", "truncate", "append", "broken_marker"])
