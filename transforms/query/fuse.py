@@ -134,14 +134,20 @@ def _scores_on(union: np.ndarray, ids: np.ndarray, scores: np.ndarray, fill) -> 
 def bm25_scores_for(bm25, term_ids: np.ndarray, chunk_nos: np.ndarray) -> np.ndarray:
     """Exact BM25 scores of `chunk_nos` for one query's distinct term ids, from the postings
     retrieve.BM25Index holds (term-major, chunk_nos ascending within a term)."""
-    chunk_nos = np.asarray(chunk_nos, np.int64)
-    out = np.zeros(len(chunk_nos), np.float64)
+    return postings_sum(bm25.term_ptr, bm25.post_doc, bm25.post_w, term_ids, chunk_nos)
+
+
+def postings_sum(ptr, post_doc, post_w, term_ids, rows) -> np.ndarray:
+    """Sum of the posting weights of `term_ids` at each of `rows`, from term-major postings (rows
+    ascending within a term), terms added in the order given: the one exact BM25 fill."""
+    rows = np.asarray(rows, np.int64)
+    out = np.zeros(len(rows), np.float64)
     for t in np.asarray(term_ids, np.int64):
-        lo, hi = int(bm25.term_ptr[t]), int(bm25.term_ptr[t + 1])
+        lo, hi = int(ptr[t]), int(ptr[t + 1])
         if hi <= lo:
             continue
-        docs = bm25.post_doc[lo:hi]
-        pos = np.clip(np.searchsorted(docs, chunk_nos), 0, hi - lo - 1)
-        hit = docs[pos] == chunk_nos
-        out[hit] += bm25.post_w[lo + pos[hit]]
+        docs = post_doc[lo:hi]
+        pos = np.clip(np.searchsorted(docs, rows), 0, hi - lo - 1)
+        hit = docs[pos] == rows
+        out[hit] += post_w[lo + pos[hit]]
     return out

@@ -113,16 +113,8 @@ class SegmentSearcher:
 
     def bm25_of(self, term_ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Exact BM25 of local `rows` for one question's sorted distinct term ids."""
-        out = np.zeros(len(rows), np.float64)
-        for t in term_ids:
-            lo, hi = int(self.post_ptr[t]), int(self.post_ptr[t + 1])
-            if hi <= lo:
-                continue
-            docs = self.post_doc[lo:hi]
-            pos = np.clip(np.searchsorted(docs, rows), 0, hi - lo - 1)
-            hit = docs[pos] == rows
-            out[hit] += self.post_w[lo + pos[hit]]
-        return out
+        from transforms.query.fuse import postings_sum
+        return postings_sum(self.post_ptr, self.post_doc, self.post_w, term_ids, rows)
 
     def search(self, terms: list[list[str]], words: list[set], qvecs: np.ndarray, dense_n: int, bm25_n: int,
                access: Optional[list] = None, allowed: Optional[np.ndarray] = None) -> list[SegmentHits]:
