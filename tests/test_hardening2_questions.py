@@ -118,8 +118,8 @@ def test_parquet_float_and_binary_ids(tmp_path):
 @pytest.mark.parametrize("name, data, message", [
     ("semi.csv", b"id;question\nq1;What is glob?\n", "the file looks semicolon-delimited"),
     ("noid.csv", b"question,x\nWhat is glob?,1\n", "CSV header has no `id` column (columns: question, x)"),
-    ("q.jsonl", gzip.compress(b'{"id": "a", "question": "What is glob?"}\n'), "is gzip-compressed"),
-    ("q.csv", gzip.compress(b"id,question\na,What is glob?\n"), "is gzip-compressed"),
+    ("q.jsonl", gzip.compress(b'{"id": "a", "question": "What is glob?"}\n', mtime=0), "is gzip-compressed"),
+    ("q.csv", gzip.compress(b"id,question\na,What is glob?\n", mtime=0), "is gzip-compressed"),
 ])
 def test_gzip_and_csv_without_an_id_column_are_refused_whole(tmp_path, capsys, name, data, message):
     from pipelines.cli import main
