@@ -25,12 +25,24 @@ from transforms.common.s3 import is_s3
 from transforms.index.incremental import CARRIED_FILE
 from transforms.index.segment_plan import MergePolicy, plan_segments
 from transforms.index.segment_stats import write_version_stats
-from transforms.index.segment_store import local_segment, segment_uri
+from transforms.index.segment_store import segment_files, segment_uri
 from transforms.index.segment_build import BuildSegmentFn
-from transforms.index.segments import META_FILE, SEGMENTS_DIR, Segment
+from transforms.index.segments import IDS_FILE, META_FILE, SEGMENTS_DIR, Segment
 from transforms.index.shards import CHUNKS_DIR, shard_files
 
 PLAN_DIR = "_segments_plan"
+# what the driver reads of a segment: ids to plan, vocabulary and lengths for the statistics, and
+# the postings of a segment with tombstones (their df); never vectors, sentences or text
+PLAN_FILES = (IDS_FILE,)
+STATS_FILES = ("terms.arrow", "doc_len.npy")
+TOMBSTONE_FILES = ("post_ptr.npy", "post_doc.npy")
+
+
+def _driver_segment(index_dir: str, sid: str, names, meta_sha256: Optional[str] = None) -> Segment:
+    seg = Segment(segment_files(index_dir, sid, names, meta_sha256))
+    if IDS_FILE in names and IDS_FILE not in seg.meta.get("files", {}):  # a segment from before ids.arrow
+        seg = Segment(segment_files(index_dir, sid, [*names, "rows.arrow"], meta_sha256))
+    return seg
 
 
 def policy_from_config(cfg) -> MergePolicy:
@@ -57,8 +69,8 @@ def segment_version(index_dir: str, work_dir: str, out_dir: str, cfg, spec, live
     live_list = (live_manifest or {}).get("segments") or []
     live_segments = []
     for s in live_list:
-        seg = Segment(local_segment(index_dir, s["id"], s.get("meta_sha256")))
-        live_segments.append((seg.id, seg.rows.column("chunk_id").combine_chunks(), np.zeros(0, np.int64)))
+        seg = _driver_segment(index_dir, s["id"], PLAN_FILES, s.get("meta_sha256"))
+        live_segments.append((seg.id, seg.chunk_ids(), np.zeros(0, np.int64)))
 
     def worker_uri(f: str) -> str:  # the workers read shards where the version is staged
         return storage.join(out_dir, CHUNKS_DIR, os.path.basename(f)) if remote else f
@@ -86,10 +98,12 @@ def segment_version(index_dir: str, work_dir: str, out_dir: str, cfg, spec, live
         storage.delete_tree(plan_dir)
     t_build = time.perf_counter()
     listed: list[tuple[Segment, np.ndarray]] = []
+    sha_of = {s["id"]: s.get("meta_sha256") for s in live_list}
     for sid, dead in plan.keep.items():
-        listed.append((Segment(local_segment(index_dir, sid)), dead))
+        names = STATS_FILES + (TOMBSTONE_FILES if len(dead) else ())
+        listed.append((_driver_segment(index_dir, sid, names, sha_of.get(sid)), dead))
     for meta in built:
-        listed.append((Segment(local_segment(index_dir, meta["id"])), np.zeros(0, np.int64)))
+        listed.append((_driver_segment(index_dir, meta["id"], STATS_FILES), np.zeros(0, np.int64)))
     listed.sort(key=lambda sd: (sd[0].meta.get("min_chunk_id") or "", sd[0].id))
     if len({s.id for s, _ in listed}) != len(listed):
         raise RuntimeError("a segment is listed twice: " + ", ".join(s.id for s, _ in listed))

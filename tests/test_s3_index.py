@@ -50,8 +50,9 @@ def s3_source(s3_server):
     return "s3://s3index/docs"
 
 
-def test_index_on_s3_publishes_nightly_runs_and_prunes(s3_server, s3_source, test_config, tmp_path):
+def test_index_on_s3_publishes_nightly_runs_and_prunes(s3_server, s3_source, test_config, tmp_path, monkeypatch):
     from tests.conftest import SAMPLES
+    monkeypatch.setenv("RAGBEAM_INDEX_CACHE_DIR", str(tmp_path / "host-cache"))
     cfg = s3_config(test_config, s3_server)
     cfg = cfg.model_copy(update={"index": cfg.index.model_copy(update={"keep_versions": 1})})
     c = s3_server.client()
@@ -99,6 +100,12 @@ def test_index_on_s3_publishes_nightly_runs_and_prunes(s3_server, s3_source, tes
     listed = {x["id"] for x in man2["segments"]}
     present = {k.split("/")[2] for k in keys(s3_server, "s3index", "idx-nightly/segments/")}
     assert present == listed
+    # the driver fetched ids, vocabularies, lengths and postings of the live segments, never
+    # their vectors, sentences or text
+    fetched = {p.name for p in (tmp_path / "host-cache" / "segment_parts").rglob("*")
+               if p.is_file() and not p.name.startswith(".") and not p.name.endswith(".lock")}
+    assert "ids.arrow" in fetched and fetched <= {"segment.json", "ids.arrow", "terms.arrow", "doc_len.npy",
+                                                  "post_ptr.npy", "post_doc.npy"}, fetched
 
     # the same state indexed from scratch into a local index: same rows
     scratch = run_index(cfg, "s3://s3index/night0", str(tmp_path / "scratch"), progress=False, log=quiet)

@@ -4,12 +4,16 @@ once per host and reused by every version that lists it."""
 import json
 import os
 
+import numpy as np
+
 import pytest
 
 from tests.test_incremental import s3_config
 from transforms.common import storage
 from transforms.index import publish
-from transforms.index.segment_store import SegmentMismatch, local_segment
+from transforms.index.segment_store import SegmentMismatch, local_segment, segment_files
+from transforms.index.segment_stats import dead_df
+from transforms.index.segments import Segment
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +67,27 @@ def test_a_segment_whose_meta_differs_from_the_manifest_is_refused(s3_segment, t
     index, entry = s3_segment
     with pytest.raises(SegmentMismatch, match="sha256 differs from the manifest"):
         local_segment(index, entry["id"], "0" * 64, root=str(tmp_path / "cache"))
+
+
+def test_the_driver_fetches_only_the_files_it_names_each_verified(s3_segment, tmp_path):
+    index, entry = s3_segment
+    root = str(tmp_path / "cache")
+    names = ["ids.arrow", "terms.arrow", "doc_len.npy"]
+    part = segment_files(index, entry["id"], names, entry["meta_sha256"], root=root)
+    assert sorted(n for n in os.listdir(part) if not n.startswith(".")) == sorted(["segment.json", *names])
+    full = Segment(local_segment(index, entry["id"], entry["meta_sha256"], root=str(tmp_path / "full")))
+    seg = Segment(part)
+    assert seg.chunk_ids().equals(full.rows.column("chunk_id").combine_chunks())
+    assert seg.terms().equals(full.terms()) and list(seg.doc_len) == list(full.doc_len)
+    # postings asked for later join the same copy; a dead row's df equals the full copy's
+    seg = Segment(segment_files(index, entry["id"], [*names, "post_ptr.npy", "post_doc.npy"], root=root))
+    dead = np.array([0, full.n - 1])
+    assert (dead_df(seg, dead) == dead_df(full, dead)).all() and dead_df(seg, dead).sum() > 0
+    # a partial file cut after it was verified is fetched again
+    path = os.path.join(part, "terms.arrow")
+    good = storage.sha256_file(path)
+    os.truncate(path, os.path.getsize(path) // 2)
+    segment_files(index, entry["id"], names, entry["meta_sha256"], root=root)
+    assert storage.sha256_file(path) == good
+    with pytest.raises(SegmentMismatch, match="sha256 differs from the manifest"):
+        segment_files(index, entry["id"], names, "0" * 64, root=str(tmp_path / "other"))

@@ -26,7 +26,7 @@ from transforms.index.segments import Segment
 
 def dead_df(seg: Segment, dead: np.ndarray) -> np.ndarray:
     """Per term of the segment, how many of its `dead` rows hold it (from the postings)."""
-    T = len(seg.post_ptr) - 1
+    T = int(seg.meta["terms"])
     if not len(dead):
         return np.zeros(T, np.int64)
     mask = np.zeros(seg.n, bool)

@@ -5,7 +5,10 @@ segment once into `<cache>/segments/<id>/` (RAGBEAM_INDEX_CACHE_DIR, else ~/.cac
 verifies every file against the sha256 that segment.json records, and the segment.json against
 the sha256 the version's manifest records; every later version listing the same segment id
 reuses the copy (segments are immutable), so a nightly costs an answer host only the segments
-it lacks. Every open checks the copy against fingerprints taken when it was verified (size,
+it lacks. The index driver needs only a segment's ids, vocabulary and lengths (and postings where
+it counts tombstones): segment_files copies just those into `<cache>/segment_parts/<id>/`, each
+file verified against segment.json, so a driver on a fresh host never downloads vectors or text.
+Every open checks the copy against fingerprints taken when it was verified (size,
 mtime, sha256 of the first and last MiB of each file). A file lock serialises the worker
 processes of one host.
 """
@@ -16,7 +19,7 @@ import fcntl
 import json
 import os
 import shutil
-from typing import Optional
+from typing import Iterable, Optional
 
 from transforms.common import storage
 from transforms.common.errors import ActionableError
@@ -24,6 +27,7 @@ from transforms.common.s3 import is_s3
 from transforms.index.segments import META_FILE, SEGMENTS_DIR, verify_files
 
 ENV_CACHE_DIR = "RAGBEAM_INDEX_CACHE_DIR"
+PARTS_DIR = "segment_parts"
 
 
 class SegmentMismatch(ActionableError):
@@ -88,6 +92,58 @@ def local_segment(index_dir: str, sid: str, meta_sha256: Optional[str] = None,
                   "files": {name: fingerprint(os.path.join(local, name)) for name in [*files, META_FILE]}}
         storage.write_json(done, marker)
     return local
+
+
+def segment_files(index_dir: str, sid: str, names: Iterable[str], meta_sha256: Optional[str] = None,
+                  root: Optional[str] = None) -> str:
+    """A local directory holding segment.json and those of `names` the segment has (an older
+    segment may lack one), each verified against segment.json: the segment itself for a local
+    index, a full verified copy where this host has one, else a partial copy."""
+    if not is_s3(index_dir):
+        return segment_uri(index_dir, sid)
+    base = root or cache_root()
+    full = os.path.join(base, SEGMENTS_DIR, sid)
+    if _still_verified(full, os.path.join(full, ".verified"), meta_sha256):
+        return full
+    parts = os.path.join(base, PARTS_DIR)
+    os.makedirs(parts, exist_ok=True)
+    local = os.path.join(parts, sid)
+    done = os.path.join(local, ".verified")
+    src = segment_uri(index_dir, sid)
+    with _host_lock(local + ".lock"):
+        have = _verified_files(local, done, meta_sha256)
+        if have is None:  # nothing trusted: start over from segment.json
+            shutil.rmtree(local, ignore_errors=True)
+            os.makedirs(local)
+            _fetch_verified(src, META_FILE, local, meta_sha256)
+            have = {META_FILE: fingerprint(os.path.join(local, META_FILE))}
+        with open(os.path.join(local, META_FILE), encoding="utf-8") as f:
+            listed = json.load(f).get("files", {})
+        for name in names:
+            if name in listed and name not in have:
+                _fetch_verified(src, name, local, listed[name])
+                have[name] = fingerprint(os.path.join(local, name))
+        storage.write_json(done, {"meta_sha256": _meta_sha(local), "files": have})
+    return local
+
+
+def _verified_files(local: str, done: str, meta_sha256: Optional[str]) -> Optional[dict]:
+    """The fingerprints of a partial copy's files when all still match, else None."""
+    if not _still_verified(local, done, meta_sha256):
+        return None
+    with open(done, encoding="utf-8") as f:
+        return json.load(f)["files"]
+
+
+def _fetch_verified(src: str, name: str, local: str, sha256: Optional[str]) -> None:
+    """src/name -> local/name through a temp file, renamed only once its sha256 matches."""
+    tmp = os.path.join(local, f".{name}.download-{os.getpid()}")
+    storage.download_file(storage.join(src, name), tmp)
+    if sha256 and storage.sha256_file(tmp) != sha256:
+        os.remove(tmp)
+        what = "the manifest's" if name == META_FILE else f"{META_FILE}'s"
+        raise SegmentMismatch(f"{src}/{name}: sha256 differs from {what} {sha256}")
+    os.rename(tmp, os.path.join(local, name))
 
 
 EDGE_BYTES = 1 << 20

@@ -46,6 +46,7 @@ ROW_COLUMNS = ("chunk_id", "doc_id", "text", "context", "title", "heading_path",
 _ARRAYS = ("vectors", "sent_ptr", "sent_start", "sent_end", "sent_vec", "sent_has", "post_ptr", "post_doc",
            "post_tf", "doc_len")
 _TABLES = ("rows", "terms", "words")
+IDS_FILE = "ids.arrow"  # the chunk_id column alone: what the driver plans from (older segments lack it)
 ANALYZE_BLOCK = 20_000  # chunks analysed at a time: bounds the token lists held in Python
 
 
@@ -225,6 +226,9 @@ def write_segment(seg: SegmentRows, segments_root: str, namespace: str, con=None
             with pa.ipc.new_file(sink, t.schema) as w:
                 w.write_table(t.combine_chunks())
     ids = seg.rows.column("chunk_id")
+    with pa.OSFile(os.path.join(tmp, IDS_FILE), "wb") as sink:
+        with pa.ipc.new_file(sink, pa.schema([("chunk_id", pa.string())])) as w:
+            w.write_table(pa.table({"chunk_id": ids}).combine_chunks())
     meta = {"id": sid, "format": SEGMENT_FORMAT, "namespace": namespace, "chunks": seg.n,
             "dim": int(vec.shape[1]), "analyzer": ANALYZER_VERSION, "stemmer": BM25_STEMMER,
             "terms": len(terms), "postings": int(len(doc)), "sentences": int(len(seg.sent_start)),
@@ -270,7 +274,9 @@ def _read_arrow(path: str) -> pa.Table:
 
 
 class Segment:
-    """One segment opened memory-mapped: nothing is read until a search or a row touches it."""
+    """One segment opened memory-mapped: nothing is read until a search or a row touches it, and a
+    file is opened on first use, so a directory holding only some files (the driver's copy of an
+    object-storage segment, transforms/index/segment_store.py) serves what needs only those."""
 
     def __init__(self, segment_dir: str):
         self.dir = segment_dir
@@ -279,9 +285,24 @@ class Segment:
             raise ValueError(f"{segment_dir}: segment format {self.meta.get('format')!r}, this code reads "
                              f"{SEGMENT_FORMAT!r}: re-index")
         self.id, self.n = self.meta["id"], int(self.meta["chunks"])
-        for name in _ARRAYS:
-            setattr(self, name, np.load(os.path.join(segment_dir, name + ".npy"), mmap_mode="r"))
-        self.rows = _read_arrow(os.path.join(segment_dir, "rows.arrow"))
+
+    def __getattr__(self, name: str):  # only called for what is not loaded yet
+        if name in ("dir", "meta"):
+            raise AttributeError(name)
+        if name in _ARRAYS:
+            value = np.load(os.path.join(self.dir, name + ".npy"), mmap_mode="r")
+        elif name == "rows":
+            value = _read_arrow(os.path.join(self.dir, "rows.arrow"))
+        else:
+            raise AttributeError(name)
+        setattr(self, name, value)
+        return value
+
+    def chunk_ids(self) -> pa.Array:
+        """The chunk_id of every row, in row order."""
+        path = os.path.join(self.dir, IDS_FILE)
+        table = _read_arrow(path) if os.path.exists(path) else self.rows.select(["chunk_id"])
+        return table.column("chunk_id").combine_chunks()
 
     def terms(self) -> pa.Table:
         return _read_arrow(os.path.join(self.dir, "terms.arrow"))
