@@ -48,6 +48,17 @@ def _make_index(n: int, seed: int = 0) -> str:
     return idx
 
 
+BYTES_PER_CHUNK = 8_000  # measured: idx-1000000 (shards + segments) is 7.6 GB
+
+
+def _disk_short(n: int) -> str:
+    """Why a synthetic version of n chunks does not fit the disk ('' when it does or is made)."""
+    if os.path.exists(os.path.join(WORK, f"idx-{n}", "versions", f"v{n}", "manifest.json")):
+        return ""
+    need, free = 1.2 * n * BYTES_PER_CHUNK, shutil.disk_usage(WORK).free
+    return "" if free > need else f"needs ~{need / 1e9:.0f} GB, {free / 1e9:.0f} GB free"
+
+
 def _questions(path: str, n: int) -> str:
     from bench.scale_data import make_source_rows
     from transforms.common.sentences import split_sentences
@@ -121,7 +132,7 @@ def _nightly_version(idx: str, n: int) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.scale_bench", description=__doc__.splitlines()[0])
     ap.add_argument("step", nargs="?", choices=["build", "answer", "nightly"], help=argparse.SUPPRESS)
-    ap.add_argument("--sizes", default="100000,250000,300000,1000000")
+    ap.add_argument("--sizes", default="100000,250000,300000,1000000,3000000")
     ap.add_argument("--segment", type=int, default=250_000)
     ap.add_argument("--questions", default="500")
     ap.add_argument("--nightly", default="300000,1000000", help="sizes that also get a 1%% nightly ('' for none)")
@@ -140,6 +151,11 @@ def main(argv=None) -> int:
     nightly = {int(x) for x in a.nightly.split(",") if x}
     rows = []
     for n in [int(x) for x in a.sizes.split(",")]:
+        short = _disk_short(n)
+        if short:  # a size that does not fit is said, not silently dropped
+            rows.append({"chunks": n, "skipped": short})
+            print(json.dumps(rows[-1]), flush=True)
+            continue
         idx = _make_index(n)
         res = os.path.join(WORK, "result.json")
         b, b_rss = _run_child(["build", "--index", idx, "--segment", str(a.segment)], res)
@@ -168,7 +184,7 @@ def _write(out: str, rows: list[dict]) -> None:
     with open(out, "w", encoding="utf-8") as f:
         json.dump(rows, f, indent=1)
     cols = ["chunks", "segments", "build_peak_rss_mb", "artifact_s", "answer_peak_rss_mb", "answer_qps",
-            "nightly_artifact_s", "nightly_vs_full"]
+            "nightly_artifact_s", "nightly_vs_full"] + (["skipped"] if any("skipped" in r for r in rows) else [])
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
     with open(os.path.splitext(out)[0] + ".md", "w", encoding="utf-8") as f:
