@@ -506,7 +506,7 @@ def cross_field_errors(cfg: "Config") -> list[str]:
                       f"{c.chunk_tokens}")
     if cfg.retrieve.mode == "hnsw":
         errors.append("retrieve.mode: hnsw is not served: segments are searched exactly (one matrix product per "
-                      "segment beat HNSW 3.2x at 300k chunks here, docs/index-layout.md); expected auto or exact")
+                      "segment beat HNSW 4x at 250k chunks here, bench/results/ann_vs_exact.md); expected auto or exact")
     rq = cfg.artifacts.recall_questions
     if rq and "://" not in rq and not os.path.isfile(rq):
         errors.append(f"artifacts.recall_questions: file not found: {rq}")
