@@ -137,6 +137,8 @@ def main(argv=None) -> int:
     ap.add_argument("--questions", default="500")
     ap.add_argument("--nightly", default="300000,1000000", help="sizes that also get a 1%% nightly ('' for none)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "scale.json"))
+    ap.add_argument("--merge", action="store_true", help="keep --out's rows of the sizes not run now "
+                    "(each row says when and at which commit it was measured)")
     ap.add_argument("--index", help=argparse.SUPPRESS)
     ap.add_argument("--version", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
@@ -149,8 +151,10 @@ def main(argv=None) -> int:
     os.makedirs(WORK, exist_ok=True)
     qfile = _questions(os.path.join(WORK, "questions.jsonl"), int(a.questions))
     nightly = {int(x) for x in a.nightly.split(",") if x}
-    rows = []
-    for n in [int(x) for x in a.sizes.split(",")]:
+    sizes = [int(x) for x in a.sizes.split(",")]
+    rows, kept = [], _kept_rows(a.out, sizes) if a.merge else []
+    stamp = {"measured": time.strftime("%Y-%m-%d", time.gmtime()), "commit": _commit()}
+    for n in sizes:
         short = _disk_short(n)
         if short:  # a size that does not fit is said, not silently dropped
             rows.append({"chunks": n, "skipped": short})
@@ -162,7 +166,7 @@ def main(argv=None) -> int:
         q, q_rss = _run_child(["answer", "--index", idx, "--segment", str(a.segment), "--questions", qfile], res)
         row = {"chunks": n, "segments": b["segments"], "segment_max_chunks": a.segment,
                "answer_peak_rss_mb": round(q_rss), "build_peak_rss_mb": round(b_rss),
-               "artifact_s": b["artifact_s"], "answer_qps": q["answer_qps"], "questions": q["questions"]}
+               "artifact_s": b["artifact_s"], "answer_qps": q["answer_qps"], "questions": q["questions"], **stamp}
         rows.append(row)
         print(json.dumps(row), flush=True)
         if n in nightly:
@@ -172,11 +176,25 @@ def main(argv=None) -> int:
                    "change_fraction": 0.01, "nightly_artifact_s": g["nightly_artifact_s"],
                    "build_peak_rss_mb": round(g_rss), "full_artifact_s": b["artifact_s"],
                    "nightly_vs_full": round(g["nightly_artifact_s"] / b["artifact_s"], 4),
-                   **{k: g[k] for k in ("reused", "built", "merged", "tombstones")}}
+                   **{k: g[k] for k in ("reused", "built", "merged", "tombstones")}, **stamp}
             rows.append(row)
             print(json.dumps(row), flush=True)
-        _write(a.out, rows)
+        _write(a.out, sorted(kept + rows, key=lambda r: (r["chunks"], bool(r.get("nightly")))))
     return 0
+
+
+def _kept_rows(out: str, sizes: list[int]) -> list[dict]:
+    try:
+        with open(out, encoding="utf-8") as f:
+            return [r for r in json.load(f) if r["chunks"] not in sizes]
+    except (OSError, ValueError):
+        return []
+
+
+def _commit() -> str:
+    import subprocess
+    got = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return got.stdout.strip() or "unknown"
 
 
 def _write(out: str, rows: list[dict]) -> None:
