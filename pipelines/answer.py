@@ -47,6 +47,11 @@ def part_path(parts_dir: str, shard: int, shards: int, fmt: str) -> str:
     return storage.join(parts_dir, f"shard-{shard:05d}-of-{shards:05d}.{fmt}")
 
 
+def retry_marker(part: str) -> str:
+    """Beside a part whose records include backend errors: a rerun answers that shard again."""
+    return part + ".retry"
+
+
 def _key(rec) -> int:
     return rec.line
 
@@ -96,9 +101,15 @@ class AnswerShardToPartFn(beam.DoFn):
         else:
             stream = self.answer_fn.answer_in_order(payload)
         path = part_path(self.parts_dir, shard, self.shards, self.fmt)
+        marker, retry = retry_marker(path), False
         with ShardWriter(path, self.fmt, with_trace=self.trace) as w:
             for rec in stream:
                 w.write(rec.to_row())
+                if rec.retryable and not retry:  # before the part is complete: a crash leaves no doubt
+                    storage.write_text(marker, "backend errors in this shard: a rerun answers it again\n")
+                    retry = True
+        if not retry and storage.exists(marker):  # after the new part: until then the old one needs redoing
+            storage.delete(marker)
         self._written = getattr(self, "_written", 0) + 1
         kill_point(f"after_shard:{self._written}")  # tests: a real crash between two shard writes
         yield w.count
@@ -159,7 +170,8 @@ def run_fingerprint(cfg: Config, version_dir: str, qfile) -> dict:
     QuestionFile the check returned)."""
     settings = cfg.model_dump(mode="json", include={"retrieve", "rerank", "answer", "questions", "output",
                                                     "embed"})
-    settings["answer"].pop("api_key", None)
+    for where in ("api_key", "base_url", "concurrency", "timeout_s", "retries", "backoff_s", "budget_s"):
+        settings["answer"].pop(where, None)  # how and where the backend is reached, not what answers
     return {**qfile.version(), "index_version": version_dir.rstrip("/").rsplit("/", 1)[-1],
             "settings": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]}
 
@@ -244,7 +256,8 @@ def _run_answer(cfg: Config, index: str, qfile, output: str, *, progress: bool,
     refuse_foreign_output(output, parts_dir, fingerprint, overwrite)
     prepare_parts_dir(parts_dir, fingerprint)
     written = set(list_parts(parts_dir, shards, fmt))
-    done = {s for s in range(shards) if part_path(parts_dir, s, shards, fmt) in written}
+    done = {s for s in range(shards) if part_path(parts_dir, s, shards, fmt) in written
+            and not storage.exists(retry_marker(part_path(parts_dir, s, shards, fmt)))}
     log(f"ragbeam answer: {questions} against {version_dir} "
         f"({len(done)}/{shards} shards already written)")
 
@@ -289,6 +302,8 @@ def _run_answer(cfg: Config, index: str, qfile, output: str, *, progress: bool,
                "answered_this_run": stats.get("answered", 0) + stats.get("not_found", 0)
                + stats.get("answer_errors", 0),
                "shards_skipped": len(done), "shards": shards,
+               "shards_to_retry": sum(storage.exists(retry_marker(part_path(parts_dir, s, shards, fmt)))
+                                      for s in range(shards)),
                "wall_s": round(time.monotonic() - started, 2),
                "index_version": version_dir.rstrip("/").rsplit("/", 1)[-1]}
     if is_s3(output):

@@ -129,3 +129,15 @@ def mini_index(mini_corpus, test_config, tmp_path_factory):
     index_dir = tmp_path_factory.mktemp("index")
     summary = run_index(test_config, str(mini_corpus), str(index_dir), progress=False, log=lambda *_: None)
     return index_dir, summary
+
+
+@pytest.fixture(scope="session")
+def local_llm(tmp_path_factory):
+    """llama-server with SmolLM2-135M on 127.0.0.1, a free port (infra/llm/server.py): started
+    once by the first test that asks for it, stopped at the end. `make llm-setup` built it."""
+    from infra.llm import server
+    s = server.start(parallel=4, threads=1, ctx_per_slot=1536, log_dir=str(tmp_path_factory.mktemp("llm")))
+    try:
+        yield s
+    finally:
+        s.stop()

@@ -96,6 +96,9 @@ def _example_expectations():
             (c.s3.endpoint_url, "http://127.0.0.1:8333"), (c.s3.region, "us-east-1"),
             (c.s3.access_key_id, "AKIA-example"), (c.s3.secret_access_key, "example-secret"),
             ((c.embed.batch_size, c.embed.intra_op_threads), (64, 1))],
+        "local-llm.yaml": lambda c: [
+            (c.answer.kind, "openai"), (c.answer.model, "smollm2-135m-instruct-q4_1"),
+            ((c.answer.concurrency, c.answer.top_chunks, c.answer.max_tokens), (4, 3, 160))],
     }
 
 

@@ -40,6 +40,7 @@ class AnswerResult:
     n_sentences_removed: int = 0  # generated sentences without a valid citation (removed)
     n_quotes_removed: int = 0  # sentences removed because a quoted span was not in its source
     conflicts: list[dict] = field(default_factory=list)  # sources giving other values (conflicts.py)
+    retryable: bool = False  # the backend failed (down, timed out, budget spent): a rerun asks again
 
 
 class Answerer(Protocol):
@@ -197,7 +198,7 @@ class GeneratorAnswerer:
             reply = (self.client.complete(system, user) or "").strip()
         except Exception as e:
             from transforms.common.redact import redact_text
-            return AnswerResult("", "error", evidence_score=evidence,
+            return AnswerResult("", "error", evidence_score=evidence, retryable=isinstance(e, BackendError),
                                 error=redact_text(f"{type(e).__name__}: {e}"))
         if not reply:
             return AnswerResult("", "error", evidence_score=evidence, error="empty completion")
@@ -224,6 +225,10 @@ def _grounded_result(check, sources: list[Candidate], evidence: float) -> Answer
 
 
 _RETRY_HTTP = {408, 425, 429, 500, 502, 503, 504}
+
+
+def _attempts(last: int) -> str:
+    return f"{last + 1} attempt{'s' if last else ''}"
 
 
 class OpenAICompatibleClient:
@@ -276,10 +281,11 @@ class OpenAICompatibleClient:
             except urllib.error.HTTPError as e:
                 detail = e.read()[:300].decode("utf-8", "replace")
                 if e.code not in _RETRY_HTTP or attempt == self.retries:
-                    raise BackendError(f"HTTP {e.code} from {self.shown_url}: {detail}") from None
+                    raise BackendError(f"HTTP {e.code} from {self.shown_url} ({_attempts(attempt)}): "
+                                       f"{detail}") from None
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
                 if attempt == self.retries:
-                    raise BackendError(f"request to {self.shown_url} failed: {e}") from None
+                    raise BackendError(f"request to {self.shown_url} failed ({_attempts(attempt)}): {e}") from None
             except ValueError as e:  # a reply that is not JSON
                 raise BackendError(f"reply from {self.shown_url} is not JSON: {e}") from None
             finally:

@@ -106,7 +106,8 @@ class AnswerSide:
                 evidence_lexical_weight=a.evidence_lexical_weight,
                 evidence_model=EVIDENCE_MODEL if a.evidence == "model" else None))
         else:
-            self.answerer = GeneratorAnswerer(_chat_client(a), max_sources=a.top_chunks)
+            self.answerer = GeneratorAnswerer(_chat_client(a), max_sources=a.top_chunks,
+                                              max_source_chars=a.max_source_chars, concurrency=a.concurrency)
 
     def close(self) -> None:
         self._stem_con.close()
@@ -231,7 +232,7 @@ class AnswerSide:
                             "source": c.source_uri, "score": round(float(c.final_score), 6)}
                            for i, c in enumerate(ranked[:top_k])],
                 retrieved_docs=self.ranked_docs(head, r.fused),
-                index_version=self.version, line=q.line)
+                index_version=self.version, line=q.line, retryable=getattr(res, "retryable", False))
             if trace:
                 rec.trace = self._trace(r, head, ms, q.question)
             out.append(rec)
@@ -421,7 +422,9 @@ def _chat_client(a):
         if not a.base_url or not a.model:
             raise ValueError("answer.base_url and answer.model are required for answer.kind: openai")
         return OpenAICompatibleClient(a.base_url, a.model, api_key=a.api_key, timeout=a.timeout_s,
-                                      retries=a.retries, backoff_s=a.backoff_s, budget_s=a.budget_s)
+                                      max_tokens=a.max_tokens, retries=a.retries, backoff_s=a.backoff_s,
+                                      budget_s=a.budget_s)
     if not a.model:
         raise ValueError("answer.model (a Bedrock model id) is required for answer.kind: bedrock")
-    return BedrockClient(a.model, region=a.region, timeout=a.timeout_s, max_attempts=a.retries + 1)
+    return BedrockClient(a.model, region=a.region, timeout=a.timeout_s, max_tokens=a.max_tokens,
+                         max_attempts=a.retries + 1)

@@ -106,6 +106,7 @@ class AnswerRecord:
     index_version: Optional[str] = None
     trace: Optional[dict] = None  # with --trace: each stage's ranking, the context, per-stage ms
     line: int = 0  # input position; not written
+    retryable: bool = False  # a backend error (not the question's fault): its shard is answered again by a rerun; not written
 
     @classmethod
     def failed(cls, qid: Optional[str], question: Optional[str], reason: str, line: int = 0) -> "AnswerRecord":
@@ -118,6 +119,7 @@ class AnswerRecord:
     def to_row(self) -> dict:
         row = asdict(self)
         row.pop("line")
+        row.pop("retryable")
         if row["trace"] is None:
             row.pop("trace")
         return row
