@@ -58,8 +58,8 @@ demo-flink: $(STAMP) flink-setup
 	  $(BIN)/ragbeam answer --config configs/flink-local.yaml --index out/flink-index \
 	    --questions samples/questions.jsonl --output out/flink-answers.jsonl --overwrite --show 3'
 
-# Sections 1-8 (bench/run.py); bench/results/bench.{md,json}. Studies that tuned defaults: bench/studies/.
-bench: $(STAMP)
+# Sections 1-9 (bench/run.py); bench/results/bench.{md,json}. Studies that tuned defaults: bench/studies/.
+bench: $(STAMP) llm-setup
 	$(BIN)/python -m bench.run
 
 # Index and answer jobs with the index on a local S3 server vs a local disk; answer RSS 1x -> 10x.
@@ -74,11 +74,11 @@ bench-flink: $(STAMP) flink-setup
 bench-models: $(STAMP) models
 	$(BIN)/python -m bench.model_speed --n 500 --threads 2
 
-bench-quick: $(STAMP)
+bench-quick: $(STAMP) llm-setup
 	$(BIN)/python -m bench.run --quick
 
 # The nightly run's cost: full index of debian-docs, change 1%, re-index (about 40 min on 2 cores).
-# Segmented index at 100k, 250k, 300k and 1M synthetic chunks (bench/scale_bench.py); bench/results/scale.{json,md}.
+# Segmented index at 100k, 250k, 300k, 1M and 3M synthetic chunks (bench/scale_bench.py); bench/results/scale.{json,md}.
 bench-scale: $(STAMP)
 	$(BIN)/python -m bench.scale_bench
 

@@ -27,11 +27,11 @@ SIZES = {
     "full": dict(index_docs=1000, questions=256, batch=128, answer_questions=256,
                  mem_base=60, mem_factors=(1, 4, 16), mem_questions=8, ocr_docs=100, ocr_lines=10,
                  s3_docs=40, s3_questions=40, answer_mem_docs=60, answer_mem_counts=(1000, 10000, 100000),
-                 scale=dict(sizes=(20_000, 80_000), segment=20_000, questions=100)),
+                 scale=dict(sizes=(20_000, 80_000), segment=20_000, questions=100), llm_questions=16),
     "quick": dict(index_docs=40, questions=32, batch=16, answer_questions=8,
                   mem_base=4, mem_factors=(1, 4, 16), mem_questions=4, ocr_docs=20, ocr_lines=8,
                   s3_docs=8, s3_questions=8, answer_mem_docs=4, answer_mem_counts=(100, 1000),
-                  scale=dict(sizes=(2_000, 8_000), segment=2_000, questions=20)),
+                  scale=dict(sizes=(2_000, 8_000), segment=2_000, questions=20), llm_questions=4),
 }
 
 
@@ -56,7 +56,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="results folder (default bench/results, or bench/results/quick with --quick)")
     ap.add_argument("--data", help="folder holding cranfield/ (default ../shared/data; else a generated corpus)")
     ap.add_argument("--config", help="ragbeam config (default configs/default.yaml)")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8", help="sections to run, e.g. 1,2,3 (3 needs 1 and 2)")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9", help="sections to run, e.g. 1,2,3 (3 needs 1 and 2; "
+                    "9 needs 1)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     a = ap.parse_args(argv)
 
@@ -85,12 +86,15 @@ def main(argv=None) -> int:
     report = Report()
     work = tempfile.mkdtemp(prefix="ragbeam-bench-")
     try:
-        if only & {"1", "2", "3"}:
+        if only & {"1", "2", "3", "9"}:
             index = bench_index(cfg, data, size["index_docs"], work, report)
             if only & {"2", "3"}:
                 r = bench_retrieval(cfg, index, questions, size["answer_questions"], size["batch"], work, report)
                 if "3" in only:
                     bench_hnsw(cfg, index, r["qvecs"], report)
+            if "9" in only:
+                from bench.llm_bench import bench_llm
+                bench_llm(cfg, index, [q["question"] for q in questions[:size["llm_questions"]]], work, report)
         if "4" in only:
             bench_memory(a.config, data, size["mem_base"], size["mem_factors"], size["mem_questions"], work, report)
         if "5" in only:
