@@ -205,9 +205,14 @@ def _write(out: str, rows: list[dict]) -> None:
             "nightly_artifact_s", "nightly_vs_full"] + (["skipped"] if any("skipped" in r for r in rows) else [])
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
+    runs: dict[str, list[str]] = {}
+    for r in rows:
+        if "commit" in r:
+            runs.setdefault(f"{r['measured']} at {r['commit']}", []).append(f"{r['chunks']:,}" + (" nightly" if r.get("nightly") else ""))
+    notes = [f"Measured {k}: {', '.join(v)}." for k, v in runs.items()]
     with open(os.path.splitext(out)[0] + ".md", "w", encoding="utf-8") as f:
         f.write("Segmented index at scale (`make bench-scale`, python -m bench.scale_bench)\n\n"
-                + "\n".join(lines) + "\n")
+                + "\n".join(lines) + "\n" + ("\n" + "\n".join(notes) + "\n" if len(runs) > 1 else ""))
 
 
 if __name__ == "__main__":
