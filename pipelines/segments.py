@@ -103,7 +103,8 @@ def segment_version(index_dir: str, work_dir: str, out_dir: str, cfg, spec, live
         names = STATS_FILES + (TOMBSTONE_FILES if len(dead) else ())
         listed.append((_driver_segment(index_dir, sid, names, sha_of.get(sid)), dead))
     for meta in built:
-        listed.append((_driver_segment(index_dir, meta["id"], STATS_FILES), np.zeros(0, np.int64)))
+        listed.append((_driver_segment(index_dir, meta["id"], STATS_FILES, meta.get("meta_sha256")),
+                       np.zeros(0, np.int64)))
     listed.sort(key=lambda sd: (sd[0].meta.get("min_chunk_id") or "", sd[0].id))
     if len({s.id for s, _ in listed}) != len(listed):
         raise RuntimeError("a segment is listed twice: " + ", ".join(s.id for s, _ in listed))

@@ -91,3 +91,29 @@ def test_the_driver_fetches_only_the_files_it_names_each_verified(s3_segment, tm
     assert storage.sha256_file(path) == good
     with pytest.raises(SegmentMismatch, match="sha256 differs from the manifest"):
         segment_files(index, entry["id"], names, "0" * 64, root=str(tmp_path / "other"))
+
+
+def test_a_host_copy_from_another_build_of_the_same_id_is_fetched_again(s3_segment, mini_index, tmp_path):
+    """Ids are content-derived: an older build of the same rows (here: its segment.json lists no
+    ids.arrow) has the same id and another segment.json; a copy of one never stands for the other."""
+    import shutil
+    from transforms.index.segment_store import index_meta_sha256, upload_segment
+    index, entry = s3_segment
+    root = str(tmp_path / "cache")
+    segment_files(index, entry["id"], ["ids.arrow", "terms.arrow"], entry["meta_sha256"], root=root)
+    older = tmp_path / "older" / entry["id"]
+    shutil.copytree(os.path.join(str(mini_index[0]), "segments", entry["id"]), older)
+    meta = json.loads((older / "segment.json").read_text())
+    del meta["files"]["ids.arrow"]
+    (older / "ids.arrow").unlink()
+    (older / "segment.json").write_text(json.dumps(meta))
+    upload_segment(str(older), "s3://segcache/older", entry["id"])
+    sha = index_meta_sha256("s3://segcache/older", entry["id"])
+    assert sha != entry["meta_sha256"]
+    got = segment_files("s3://segcache/older", entry["id"], ["ids.arrow", "terms.arrow"], sha, root=root)
+    assert storage.sha256_file(os.path.join(got, "segment.json")) == sha
+    assert not os.path.exists(os.path.join(got, "ids.arrow"))  # the older build has none: rows.arrow instead
+    new_ids = Segment(segment_files(index, entry["id"], ["ids.arrow"], entry["meta_sha256"],
+                                    root=str(tmp_path / "other"))).chunk_ids()
+    old_ids = Segment(segment_files("s3://segcache/older", entry["id"], ["rows.arrow"], sha, root=root)).chunk_ids()
+    assert old_ids.equals(new_ids)  # without ids.arrow the driver reads the ids from rows.arrow

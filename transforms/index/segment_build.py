@@ -19,7 +19,7 @@ from transforms.common import storage
 from transforms.common.counters import counter
 from transforms.common.s3 import is_s3
 from transforms.index.segment_plan import BuildItem
-from transforms.index.segment_store import local_segment, upload_segment
+from transforms.index.segment_store import index_meta_sha256, local_segment, upload_segment
 from transforms.index.segments import SEGMENTS_DIR, Segment, SegmentRows, write_segment
 
 
@@ -65,7 +65,8 @@ class BuildSegmentFn(beam.DoFn):
         item = BuildItem.from_json(json.loads(storage.read_text(plan_uri)))
         parts = [read_shard_rows(item.files, item.lo, item.hi)] if item.files else []
         for sid, rows in item.from_segments:
-            parts.append(Segment(local_segment(self.index_dir, sid)).to_rows(np.asarray(rows, np.int64)))
+            local = local_segment(self.index_dir, sid, index_meta_sha256(self.index_dir, sid))
+            parts.append(Segment(local).to_rows(np.asarray(rows, np.int64)))
         rows = SegmentRows.concat(parts)
         if rows.n != item.chunks:
             raise RuntimeError(f"{plan_uri}: planned {item.chunks} chunks, found {rows.n}")
@@ -75,6 +76,9 @@ class BuildSegmentFn(beam.DoFn):
                 upload_segment(os.path.join(d, meta["id"]), self.index_dir, meta["id"])
         else:
             meta = write_segment(rows, os.path.join(self.index_dir, SEGMENTS_DIR), self.namespace)
-        storage.write_text(plan_uri + ".done.json", json.dumps(meta))  # the driver reads the ids back
+        # the driver reads the ids back, and the sha256 of the segment.json the index now holds
+        # (an upload is skipped where the same id is already there, perhaps from an older build)
+        meta = {**meta, "meta_sha256": index_meta_sha256(self.index_dir, meta["id"])}
+        storage.write_text(plan_uri + ".done.json", json.dumps(meta))
         self.built.inc()
         yield meta["id"]

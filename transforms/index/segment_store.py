@@ -199,5 +199,13 @@ def upload_segment(local_dir: str, index_dir: str, sid: str) -> None:
     storage.upload_file(os.path.join(local_dir, META_FILE), storage.join(dst, META_FILE))
 
 
+def index_meta_sha256(index_dir: str, sid: str) -> str:
+    """The sha256 of the segment.json the index holds for `sid`: what a host copy must match. Ids
+    are content-derived, so a copy of the same id made from an older build (another segment.json,
+    e.g. before ids.arrow) is told apart by this, never trusted."""
+    import hashlib
+    return hashlib.sha256(storage.read_bytes(storage.join(segment_uri(index_dir, sid), META_FILE))).hexdigest()
+
+
 def segment_exists(index_dir: str, sid: str) -> bool:
     return storage.exists(storage.join(segment_uri(index_dir, sid), META_FILE))
