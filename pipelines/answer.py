@@ -122,6 +122,11 @@ def list_parts(parts_dir: str, shards: int, fmt: str) -> list[str]:
     return sorted(glob.glob(os.path.join(parts_dir, f"shard-*-of-{shards:05d}.{fmt}")))
 
 
+def _retrying(parts_dir: str, shards: int, fmt: str) -> set[str]:
+    """The parts marked for a rerun (retry_marker), from one listing of the parts dir."""
+    return {m[:-len(".retry")] for m in list_parts(parts_dir, shards, fmt + ".retry")}
+
+
 def join_parts(parts_dir: str, output: str, fmt: str, shards: int):
     """Join the shards into `output` (atomically) one shard at a time, counting their records'
     statuses on the way: (records written, StatusCounts.counts). Memory follows one shard."""
@@ -256,8 +261,8 @@ def _run_answer(cfg: Config, index: str, qfile, output: str, *, progress: bool,
     refuse_foreign_output(output, parts_dir, fingerprint, overwrite)
     prepare_parts_dir(parts_dir, fingerprint)
     written = set(list_parts(parts_dir, shards, fmt))
-    done = {s for s in range(shards) if part_path(parts_dir, s, shards, fmt) in written
-            and not storage.exists(retry_marker(part_path(parts_dir, s, shards, fmt)))}
+    written -= _retrying(parts_dir, shards, fmt)  # a part with backend errors is answered again
+    done = {s for s in range(shards) if part_path(parts_dir, s, shards, fmt) in written}
     log(f"ragbeam answer: {questions} against {version_dir} "
         f"({len(done)}/{shards} shards already written)")
 
@@ -302,8 +307,7 @@ def _run_answer(cfg: Config, index: str, qfile, output: str, *, progress: bool,
                "answered_this_run": stats.get("answered", 0) + stats.get("not_found", 0)
                + stats.get("answer_errors", 0),
                "shards_skipped": len(done), "shards": shards,
-               "shards_to_retry": sum(storage.exists(retry_marker(part_path(parts_dir, s, shards, fmt)))
-                                      for s in range(shards)),
+               "shards_to_retry": len(_retrying(parts_dir, shards, fmt)),
                "wall_s": round(time.monotonic() - started, 2),
                "index_version": version_dir.rstrip("/").rsplit("/", 1)[-1]}
     if is_s3(output):
