@@ -262,6 +262,9 @@ class AnswerConfig(_Strict):
                             "may have")
     max_source_chars: int = Field(6000, ge=100, le=1_000_000, description="openai, bedrock: characters of each "
                                   "source chunk put in the prompt")
+    claim_support: float = Field(0.6, ge=0, le=1, description="openai, bedrock: a generated sentence stays only if "
+                                 "every number and identifier it states is in the sources it cites and this share "
+                                 "of its other words are (transforms/query/grounding.py); 0: no claim check")
 
     @property
     def evidence_threshold(self) -> float:

@@ -40,6 +40,7 @@ class AnswerResult:
     n_sentences_removed: int = 0  # generated sentences without a valid citation (removed)
     n_quotes_removed: int = 0  # sentences removed because a quoted span was not in its source
     conflicts: list[dict] = field(default_factory=list)  # sources giving other values (conflicts.py)
+    removed: list[dict] = field(default_factory=list)  # generated sentences removed: {"sentence", "reason"}
     retryable: bool = False  # the backend failed (down, timed out, budget spent): a rerun asks again
 
 
@@ -171,8 +172,9 @@ class GeneratorAnswerer:
     """Answer with an LLM over the top `max_sources` candidates, then check its citations."""
 
     def __init__(self, client: ChatClient, max_sources: int = 5, max_source_chars: int = 6000,
-                 concurrency: int = 4):
+                 concurrency: int = 4, min_support: float = 0.6):
         self.client = client
+        self.min_support = min_support  # answer.claim_support (transforms/query/grounding.py)
         self.max_sources = max_sources
         self.max_source_chars = max_source_chars
         self.concurrency = max(1, concurrency)  # requests in flight; the server batches them
@@ -208,20 +210,22 @@ class GeneratorAnswerer:
         if _NOT_FOUND.search(reply) and not check.citations:
             return AnswerResult(GENERATOR_NOT_FOUND, "not_found", [], check.n_invalid,
                                 evidence_score=evidence)
-        return _grounded_result(check, sources, evidence)
+        return _grounded_result(check, sources, evidence, self.min_support)
 
 
-def _grounded_result(check, sources: list[Candidate], evidence: float) -> AnswerResult:
+def _grounded_result(check, sources: list[Candidate], evidence: float, min_support: float) -> AnswerResult:
     """Keep only the sentences the sources support (see transforms.query.grounding)."""
     from transforms.query.grounding import UNSUPPORTED, ground_answer
-    g = ground_answer(check.answer, sources)
+    g = ground_answer(check.answer, sources, min_support)
     citations = [c for c in check.citations if c["n"] in g.kept_sources]
     if not g.answer or not citations:
         return AnswerResult("", UNSUPPORTED, [], check.n_invalid, evidence_score=evidence,
                             error="no sentence of the generated answer is supported by a valid citation",
-                            n_sentences_removed=g.sentences_removed, n_quotes_removed=g.quotes_removed)
+                            n_sentences_removed=g.sentences_removed, n_quotes_removed=g.quotes_removed,
+                            removed=g.removed)
     return AnswerResult(g.answer, "answered", citations, check.n_invalid, evidence_score=evidence,
-                        n_sentences_removed=g.sentences_removed, n_quotes_removed=g.quotes_removed)
+                        n_sentences_removed=g.sentences_removed, n_quotes_removed=g.quotes_removed,
+                        removed=g.removed)
 
 
 _RETRY_HTTP = {408, 425, 429, 500, 502, 503, 504}

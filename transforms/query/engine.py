@@ -107,7 +107,8 @@ class AnswerSide:
                 evidence_model=EVIDENCE_MODEL if a.evidence == "model" else None))
         else:
             self.answerer = GeneratorAnswerer(_chat_client(a), max_sources=a.top_chunks,
-                                              max_source_chars=a.max_source_chars, concurrency=a.concurrency)
+                                              max_source_chars=a.max_source_chars, concurrency=a.concurrency,
+                                              min_support=a.claim_support)
 
     def close(self) -> None:
         self._stem_con.close()
@@ -226,6 +227,7 @@ class AnswerSide:
                 citations=res.citations, invalid_citations=res.n_invalid_citations,
                 unsupported_sentences_removed=getattr(res, "n_sentences_removed", 0),
                 unfound_quotes_removed=getattr(res, "n_quotes_removed", 0),
+                removed=getattr(res, "removed", []),
                 evidence_score=round(float(res.evidence_score), 4),
                 conflicts=getattr(res, "conflicts", []),
                 retrieved=[{"rank": i + 1, "doc_id": c.doc_id, "chunk_id": c.chunk_id,

@@ -99,6 +99,7 @@ class AnswerRecord:
     invalid_citations: int = 0
     unsupported_sentences_removed: int = 0  # generated sentences without a valid citation
     unfound_quotes_removed: int = 0  # quoted spans not found in their source
+    removed: list[dict] = field(default_factory=list)  # generated sentences removed: {"sentence", "reason"}
     evidence_score: float = 0.0
     conflicts: list[dict] = field(default_factory=list)  # competing values among the top sources
     retrieved: list[dict] = field(default_factory=list)  # ranked chunks: rank, doc_id, chunk_id, source, score

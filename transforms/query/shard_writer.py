@@ -21,7 +21,7 @@ from transforms.common import storage
 from transforms.common.s3 import is_s3
 
 # Columns written as JSON text in Parquet: one schema for every shard, whatever they hold.
-NESTED_COLUMNS = ("citations", "conflicts", "retrieved", "retrieved_docs", "trace")
+NESTED_COLUMNS = ("citations", "removed", "conflicts", "retrieved", "retrieved_docs", "trace")
 PARQUET_ROW_GROUP = 1024  # rows buffered before a row group is written
 
 
@@ -40,7 +40,7 @@ def answer_schema(with_trace: bool):
     fields = [("id", pa.string()), ("question", pa.string()), ("answer", pa.string()),
               ("status", pa.string()), ("error", pa.string()), ("citations", pa.string()),
               ("invalid_citations", pa.int64()), ("unsupported_sentences_removed", pa.int64()),
-              ("unfound_quotes_removed", pa.int64()), ("evidence_score", pa.float64()),
+              ("unfound_quotes_removed", pa.int64()), ("removed", pa.string()), ("evidence_score", pa.float64()),
               ("conflicts", pa.string()), ("retrieved", pa.string()), ("retrieved_docs", pa.string()),
               ("index_version", pa.string())]
     if with_trace:
