@@ -108,8 +108,14 @@ class ChunkConfig(_Strict):
 
 class ContextualizeConfig(_Strict):
     """The context prefix embedded with each chunk."""
-    kind: Literal["title_path", "none"] = Field("title_path", description="title_path: \"title › section\"; "
-                                                "none: no prefix")
+    kind: Literal["title_path", "llm", "none"] = Field(
+        "title_path", description="title_path: \"title › section\"; llm: that plus one or two sentences the llm "
+                                  "writes to situate the chunk in its document (cached per document and chunk "
+                                  "hash, model and prompt version); none: no prefix")
+    doc_chars: int = Field(3000, ge=200, le=200_000, description="llm: characters of the document shown with each "
+                           "chunk (its start)")
+    max_tokens: int = Field(80, ge=8, le=1024, description="llm: the most tokens the llm may write for one chunk "
+                            "(then cut to chunk.context_tokens)")
 
 
 EmbedProfileName = Literal["minilm", "fast", "minilm-q8", "bge-small", "e5-small"]  # transforms/ingest/profiles.py
@@ -273,6 +279,38 @@ class AnswerConfig(_Strict):
         return 0.34 if self.evidence == "model" else 0.58
 
 
+class LLMConfig(_Strict):
+    """The chat model behind the LLM features (contextualize.kind: llm, rewrite, judge): any OpenAI-compatible
+    server (llama.cpp's llama-server, vLLM, Ollama). The answer generator has its own keys under answer."""
+    base_url: Optional[str] = Field(None, description="the endpoint (http or https), e.g. http://127.0.0.1:8080/v1")
+    model: Optional[str] = Field(None, description="the model name the server serves")
+    api_key: Optional[str] = Field(None, repr=False, description="the API key")
+    timeout_s: float = Field(120.0, gt=0, le=3600, description="seconds for one request")
+    retries: int = Field(2, ge=0, le=10, description="extra attempts after a timeout or a retryable HTTP status")
+    backoff_s: float = Field(1.0, ge=0, le=300, description="seconds before the first retry")
+    concurrency: int = Field(4, ge=1, le=256, description="requests one worker keeps in flight; match the "
+                             "server's slots")
+    budget_s: Optional[float] = Field(None, gt=0, description="seconds of llm time one worker may spend in total "
+                                      "(unset: no budget)")
+
+
+class RewriteConfig(_Strict):
+    """Query rewriting by the llm: the question's vector fused with the vectors of what the llm writes."""
+    kind: Literal["none", "multi_query", "hyde"] = Field(
+        "none", description="multi_query: n paraphrases, each embedded as a question; hyde: a hypothetical "
+                            "answer passage, embedded as a passage; none: the question alone")
+    n: int = Field(3, ge=1, le=8, description="multi_query: paraphrases asked for")
+    question_weight: float = Field(0.5, ge=0, le=1, description="the question's own vector's share of the fused "
+                                   "query vector; the rewrites share the rest equally")
+    max_tokens: int = Field(128, ge=8, le=2048, description="the most tokens the llm may write per question")
+
+
+class JudgeConfig(_Strict):
+    """LLM-judged answer quality in `ragbeam eval`: faithfulness and answer relevance, by the llm."""
+    max_questions: int = Field(100, ge=1, le=1_000_000, description="answered questions judged, at most (the "
+                               "first ones in the dataset's order)")
+
+
 class QuestionsConfig(_Strict):
     """Reading question files."""
     max_line_bytes: int = Field(1024 * 1024, ge=1024, le=1024 * 1024 * 1024, description="a question line (JSONL "
@@ -319,6 +357,9 @@ class Config(_Strict):
     retrieve: RetrieveConfig = RetrieveConfig()
     rerank: RerankConfig = RerankConfig()
     answer: AnswerConfig = AnswerConfig()
+    llm: LLMConfig = LLMConfig()
+    rewrite: RewriteConfig = RewriteConfig()
+    judge: Optional[JudgeConfig] = Field(None, description="unset: no llm judge in eval")
     questions: QuestionsConfig = QuestionsConfig()
     output: OutputConfig = OutputConfig()
     gate: Optional[GateConfig] = Field(None, description="unset: no gate")
@@ -538,6 +579,16 @@ def cross_field_errors(cfg: "Config") -> list[str]:
             errors.append(f"answer.base_url: expected http(s)://host[:port]/... (got {mask_url(a.base_url)!r})")
     if a.kind == "bedrock" and not a.model:
         errors.append("answer.model: required when answer.kind is bedrock (a Bedrock model id)")
+    users = [name for name, used in (("contextualize.kind: llm", cfg.contextualize.kind == "llm"),
+                                     (f"rewrite.kind: {cfg.rewrite.kind}", cfg.rewrite.kind != "none"),
+                                     ("judge", cfg.judge is not None)) if used]
+    if users:
+        for key in ("base_url", "model"):
+            if not getattr(cfg.llm, key):
+                errors.append(f"llm.{key}: required by {', '.join(users)}")
+    if cfg.llm.base_url and not re.match(r"https?://[^/\s]+", cfg.llm.base_url):
+        from transforms.common.redact import mask_url
+        errors.append(f"llm.base_url: expected http(s)://host[:port]/... (got {mask_url(cfg.llm.base_url)!r})")
     return errors
 
 

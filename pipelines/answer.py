@@ -174,9 +174,11 @@ def run_fingerprint(cfg: Config, version_dir: str, qfile) -> dict:
     """What must be equal for written shards to be reused by a resumed run (qfile: the
     QuestionFile the check returned)."""
     settings = cfg.model_dump(mode="json", include={"retrieve", "rerank", "answer", "questions", "output",
-                                                    "embed"})
+                                                    "embed", "rewrite"})
     for where in ("api_key", "base_url", "concurrency", "timeout_s", "retries", "backoff_s", "budget_s"):
         settings["answer"].pop(where, None)  # how and where the backend is reached, not what answers
+    if cfg.rewrite.kind != "none":
+        settings["rewrite"]["llm_model"] = cfg.llm.model  # which model rewrote the questions
     return {**qfile.version(), "index_version": version_dir.rstrip("/").rsplit("/", 1)[-1],
             "settings": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]}
 

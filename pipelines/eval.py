@@ -36,6 +36,24 @@ def ensure_index(cfg: Config, ds: Dataset, report_dir: str, index: Optional[str]
     return resolve_index(index_dir), summary
 
 
+def judge_per_question(cfg: Config, ev: Evaluator, per_q: list[dict], records: list, log) -> dict:
+    """The llm judge over the first judge.max_questions answered questions: each one's verdicts
+    go into its per-question record, the means into the report (transforms/evaluation/judge.py)."""
+    from transforms.common.chat import llm_client
+    from transforms.evaluation.judge import Judge, judge_report
+    picked = [(rec, rq) for rec, rq in zip(per_q, records) if rq.status == "answered"][:cfg.judge.max_questions]
+    ids = sorted({c["chunk_id"] for _, rq in picked for c in rq.citations})
+    text_of = dict(ev.engine.con.execute("select chunk_id, text from chunks where chunk_id in (select unnest(?))",
+                                         [ids]).fetchall()) if ids else {}
+    items = [(rq.question, rq.answer, {c["n"]: text_of.get(c["chunk_id"], "") for c in rq.citations})
+             for _, rq in picked]
+    log(f"ragbeam eval: judging {len(items)} answers with {cfg.llm.model}")
+    judged = Judge(llm_client(cfg.llm, max_tokens=4), cfg.llm.concurrency).judge(items)
+    for (rec, _), j in zip(picked, judged):
+        rec["judge"] = {"faithfulness": j.faithfulness, "relevant": j.relevant, "claims": j.claims}
+    return judge_report(judged, cfg.llm.model)
+
+
 def run_eval(cfg: Config, dataset: Optional[str], report_dir: str, *, index: Optional[str] = None,
              max_queries: Optional[int] = None, questions: Optional[str] = None,
              qrels: Optional[str] = None, seed: int = 0, reindex: bool = False,
@@ -51,13 +69,13 @@ def run_eval(cfg: Config, dataset: Optional[str], report_dir: str, *, index: Opt
     ev = Evaluator(version_dir, cfg)
     labels = DocLabels(version_dir, {d for q in ids for d in ds.qrels[q]})
     with_answers = bool(ds.answers) and unanswerable
-    per_q, qvec_all, t_ret, t_unans = [], [], 0.0, 0.0
+    per_q, records, qvec_all, t_ret, t_unans = [], [], [], 0.0, 0.0
     try:
         for i in range(0, len(ids), BATCH):
             batch = ids[i:i + BATCH]
             texts = [ds.queries[q] for q in batch]
             t = time.monotonic()
-            qvecs = ev.engine.embedder.encode_queries(texts)
+            qvecs = ev.engine.query_vectors(texts)
             qvec_all.append(qvecs)
             runs = ev.run(texts, qvecs=qvecs)
             t_ret += time.monotonic() - t
@@ -70,15 +88,23 @@ def run_eval(cfg: Config, dataset: Optional[str], report_dir: str, *, index: Opt
                 t_unans += time.monotonic() - t
             for qid, text, o, u in zip(batch, texts, runs, unans):
                 per_q.append(question_record(qid, text, o, u, ds, labels, ev))
+                records.append(o["record"])
             log(f"  {len(per_q)}/{len(ids)} questions")
         t = time.monotonic()
         hnsw = ev.hnsw_recall(np.concatenate(qvec_all)[:300]) if qvec_all else None
         timings["hnsw_s"] = time.monotonic() - t
         version = ev.engine.version
+        judged = None
+        if cfg.judge is not None:
+            t = time.monotonic()
+            judged = judge_per_question(cfg, ev, per_q, records, log)
+            timings["judge_s"] = time.monotonic() - t
     finally:
         ev.close()
     timings.update(retrieve_rerank_answer_s=t_ret, unanswerable_s=t_unans, total_s=time.monotonic() - t0)
     report = summarize(per_q, ds, cfg, version_dir, version, hnsw, labels, timings, with_answers)
+    if judged is not None:
+        report["judge"] = judged
     if index_summary:
         report["index_run"] = {k: index_summary.get(k) for k in ("version", "documents", "chunks", "wall_s")}
     write_outputs(report_dir, report, per_q)

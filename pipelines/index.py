@@ -28,7 +28,8 @@ from configs.schema import Config
 from pipelines.options import pipeline_options
 from transforms.index import publish
 from transforms.ingest.chunk import DOCUMENTS, ChunkDocuments, ChunkSettings
-from transforms.ingest.contextualize import Contextualize
+from transforms.ingest.context_cache import CONTEXT_SCHEMA, NEW_CONTEXTS_DIR
+from transforms.ingest.contextualize import Contextualize, ContextualizeFn, contextualizer_version
 from transforms.ingest.dedupe import (NEAR_DUPLICATES, SIGNATURES, DedupeByContent, DedupeDocuments,
                                       NearDedupeDocuments)
 from transforms.ingest.embed import EmbedChunks, EmbedChunksFn, ModelSpec, model_spec_from_config
@@ -100,7 +101,7 @@ def source_row(raw: RawObject) -> dict:
 
 def build_index_pipeline(p: beam.Pipeline, plan: IndexPlan, out_dir: str, cfg: Config, spec: ModelSpec,
                          indexed_at: datetime.datetime, cache_dir: Optional[str], progress: bool = False,
-                         live_signatures: Optional[list[str]] = None) -> None:
+                         live_signatures: Optional[list[str]] = None, context_cache: Optional[str] = None) -> None:
     """The Beam graph: one typed composite per stage (transforms/common/stage.py). Every step
     has a stable label (runners key state and metrics on them)."""
     settings = chunk_settings(cfg, spec)
@@ -126,8 +127,15 @@ def build_index_pipeline(p: beam.Pipeline, plan: IndexPlan, out_dir: str, cfg: C
             storage.join(out_dir, NEAR_DUPLICATES_DIR), NEAR_DUPLICATES_SCHEMA)
         near[SIGNATURES] | "WriteSignatures" >> WriteShards(storage.join(out_dir, SIGNATURES_DIR), SIGNATURE_SCHEMA)
     chunked = documents | "Chunk" >> ChunkDocuments(settings, spec.tokenizer_path)
-    chunks = chunked.chunks | "Contextualize" >> Contextualize(cfg.contextualize.kind, settings.context_tokens,
-                                                               spec.tokenizer_path)
+    contextualized = chunked.chunks | "Contextualize" >> Contextualize(
+        cfg.contextualize.kind, settings.context_tokens, spec.tokenizer_path, cfg.llm, cfg.contextualize,
+        context_cache)
+    if cfg.contextualize.kind == "llm":
+        chunks = contextualized.chunks
+        contextualized[ContextualizeFn.NEW_CONTEXTS] | "WriteNewContexts" >> WriteShards(
+            storage.join(out_dir, NEW_CONTEXTS_DIR), CONTEXT_SCHEMA)
+    else:
+        chunks = contextualized
     embedded = chunks | "Embed" >> EmbedChunks(spec, cfg.embed.batch_size, indexed_at, cache_dir,
                                                progress_every_s=5.0 if progress else 0.0)
     embedded.rows | "WriteChunks" >> WriteShards(storage.join(out_dir, CHUNKS_DIR), chunk_schema(spec.dim))
@@ -138,6 +146,14 @@ def build_index_pipeline(p: beam.Pipeline, plan: IndexPlan, out_dir: str, cfg: C
      | "FlattenDeadLetters" >> beam.Flatten()
      | "DeadLetterRows" >> beam.Map(dead_letter_row).with_output_types(dict)
      | "WriteDeadLetters" >> WriteShards(storage.join(out_dir, DEAD_LETTERS_DIR), DEAD_LETTER_SCHEMA))
+
+
+def context_cache_dir(index_dir: str, cfg: Config) -> Optional[str]:
+    """Where the llm contextualizer's cache lives (None for the other kinds)."""
+    if cfg.contextualize.kind != "llm":
+        return None
+    from transforms.ingest.context_cache import namespace_dir as context_namespace_dir
+    return context_namespace_dir(index_dir, contextualizer_version(cfg))
 
 
 PLAN_DIR = "_plan"
@@ -165,12 +181,11 @@ def read_plan_file(uri: str):
 
 def current_versions(cfg: Config, spec: ModelSpec) -> dict:
     """Everything that shapes a content's rows; rows are reused only when all of it is equal."""
-    from transforms.ingest.contextualize import make_contextualizer
     from transforms.ingest.parse import PARSER_VERSION
 
     return {"pipeline": PIPELINE_VERSION, "parser": PARSER_VERSION,
             "chunker": chunk_settings(cfg, spec).version,
-            "contextualizer": make_contextualizer(cfg.contextualize.kind).version,
+            "contextualizer": contextualizer_version(cfg),
             "model": spec.namespace, "acl": [[r.prefix, list(r.groups)] for r in cfg.acl]
             + [[ACL_MATCH_VERSION, [cfg.source.root or ""]]],
             "ocr": cfg.parse.model_dump(mode="json"),
@@ -282,7 +297,8 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
     with beam.Pipeline(options=pipeline_options(cfg, beam_args)) as p:
         build_index_pipeline(p, plan, out_dir, cfg, spec, indexed_at, cache_dir, progress=progress,
                              live_signatures=live_signature_files(plan, index_dir)
-                             if near_dup_settings(cfg) is not None else None)
+                             if near_dup_settings(cfg) is not None else None,
+                             context_cache=context_cache_dir(index_dir, cfg))
     stats = read_counters(p.result)
     pipeline_s = time.monotonic() - started
     storage.delete_tree(storage.join(out_dir, PLAN_DIR))
@@ -336,6 +352,9 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
     kill_point("after_publish")
     # Commit after success: the new vectors join the cache only now.
     summary["cache_files_added"] = commit_new_entries(publish.version_dir(index_dir, version), cache_dir, version)
+    if cfg.contextualize.kind == "llm":  # the llm's contexts join their cache the same way
+        summary["context_cache_files_added"] = commit_new_entries(
+            publish.version_dir(index_dir, version), context_cache_dir(index_dir, cfg), version, NEW_CONTEXTS_DIR)
     summary["pruned"] = publish.prune(index_dir, cfg.index.keep_versions)
     summary["pruned_segments"] = len(prune_segments(index_dir, publish.list_versions(index_dir)))
     return summary

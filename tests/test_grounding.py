@@ -52,6 +52,13 @@ def test_text_of_one_source_cited_to_another_is_removed():
                          SOURCES).sentences_removed == 0
 
 
+def test_a_marker_after_the_full_stop_belongs_to_its_sentence():
+    g = ground_answer("The server listens on port 8080 by default. [1] The capital of France is Zorblax. [2]",
+                      SOURCES)
+    assert g.answer == "The server listens on port 8080 by default. [1]"
+    assert g.removed == [{"sentence": "The capital of France is Zorblax. [2]", "reason": CLAIM_NOT_IN_SOURCE}]
+
+
 def test_each_reason_is_named():
     g = ground_answer('The port is 8080. The docs say "listens on port 1234" [1]. The port is 8080 [1].', SOURCES)
     assert [r["reason"] for r in g.removed] == [NO_CITATION, QUOTE_NOT_IN_SOURCE]

@@ -35,7 +35,7 @@ def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
     return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment)), parts.username, parts.password
 
 
-SECRET_KEYS = {("s3", "access_key_id"), ("s3", "secret_access_key"), ("answer", "api_key")}
+SECRET_KEYS = {("s3", "access_key_id"), ("s3", "secret_access_key"), ("answer", "api_key"), ("llm", "api_key")}
 _CREDENTIAL_NAME = re.compile(r"(secret|password|passwd|token|credential|api[_-]?key|access[_-]?key|private[_-]?key)",
                               re.IGNORECASE)
 

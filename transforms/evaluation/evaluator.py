@@ -54,7 +54,7 @@ class Evaluator:
         e = self.engine
         allowed = self.public if masks is None else masks
         if qvecs is None:
-            qvecs = e.embedder.encode_queries(texts)
+            qvecs = e.query_vectors(texts)
         out: list[dict] = [{} for _ in texts]
         if set(stages) & {"bm25", "dense", "hybrid"}:
             for o, r in zip(out, e.search(texts, allowed, qvecs, dense_n=DEPTH, bm25_n=DEPTH)):

@@ -128,6 +128,11 @@ def format_table(report: dict) -> str:
                      f"{b['balanced_accuracy']:.3f}: {b['answered_answerable']:.3f} / {b['refused_unanswerable']:.3f})")
         q = u["evidence_quantiles"]
         lines.append(f"evidence_score quantiles: answerable {q['answerable']}; unanswerable {q['unanswerable']}")
+    if "judge" in report:
+        j = report["judge"]
+        lines.append(f"judge ({j['model']}; {', '.join(j['prompt_versions'].values())}): faithfulness "
+                     f"{f(j['faithfulness']).strip()}, answer relevance {f(j['answer_relevance']).strip()} over "
+                     f"{j['answers_judged']} answers, {j['claims_judged']} claims, {j['unparsed_verdicts']} unparsed")
     lines.append("timings: " + ", ".join(f"{k} {v}" for k, v in report["timings"].items()))
     return "\n".join(lines)
 

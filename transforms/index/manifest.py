@@ -36,6 +36,9 @@ def reconcile(counters: dict[str, int], listed: int, skipped: int = 0) -> dict:
         "cache_hits": c("cache_hits"),
         "bytes_read": c("read_bytes"),
     }
+    if "llm_contexts_written" in counters or "llm_contexts_failed" in counters:  # contextualize.kind: llm
+        summary["llm_contexts_written"] = c("llm_contexts_written")
+        summary["llm_contexts_failed"] = c("llm_contexts_failed")  # chunks left with their title path
     # every parsed document is one that was chunked (indexed, empty or dead-lettered in chunking),
     # a verbatim duplicate or a near-duplicate: the chunk stage's document rows plus its failures
     chunked_documents = c("document_rows") + c("dead_lettered_chunk")
@@ -115,7 +118,9 @@ def format_summary(s: dict) -> str:
     ] + ([f"skipped      at listing, not indexed: " + ", ".join(f"{k} {v}" for k, v in
                                                             sorted(s["skipped_at_listing"].items()))]
          if s.get("skipped_at_listing") else []) + [
-        f"chunks       {s['chunks']} chunked, {s['embedded']} embedded, {s['cache_hits']} from the embedding cache",
+        f"chunks       {s['chunks']} chunked, {s['embedded']} embedded, {s['cache_hits']} from the embedding cache"
+        + (f"; llm contexts {s['llm_contexts_written']} written, {s['llm_contexts_failed']} failed (title path kept)"
+           if "llm_contexts_written" in s else ""),
         f"time         {s['wall_s']:.1f} s wall, pipeline {s['pipeline_s']:.1f} s"
         f"  ({docs_rate:.1f} objects/s, {rate:.1f} chunks/s)",
     ]

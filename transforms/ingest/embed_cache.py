@@ -98,17 +98,18 @@ class EmbeddingCache:
         return list(zip(self.sentences.start[r].tolist(), self.sentences.end[r].tolist())), self.sentences.vec[r]
 
 
-def commit_new_entries(version_dir: str, cache_dir: str, version: str) -> int:
-    """Move a published version's new vectors into the cache (one rename per file)."""
+def commit_new_entries(version_dir: str, cache_dir: str, version: str, new_dir: str = NEW_ENTRIES_DIR) -> int:
+    """Move a published version's new entries (vectors, or the llm's contexts: new_dir) into
+    the cache (one rename per file)."""
     if is_s3(version_dir):
         moved = 0
-        for i, f in enumerate(storage.list_files(storage.join(version_dir, NEW_ENTRIES_DIR), suffix=".parquet")):
+        for i, f in enumerate(storage.list_files(storage.join(version_dir, new_dir), suffix=".parquet")):
             if pq.read_metadata(pa.BufferReader(storage.read_bytes(f))).num_rows:
                 storage.copy(f, storage.join(cache_dir, f"{version}-{i:05d}.parquet"))  # then drop the source
                 moved += 1
             storage.delete(f)
         return moved
-    files = sorted(glob.glob(os.path.join(version_dir, NEW_ENTRIES_DIR, "*.parquet")))
+    files = sorted(glob.glob(os.path.join(version_dir, new_dir, "*.parquet")))
     os.makedirs(cache_dir, exist_ok=True)
     moved = 0
     for i, f in enumerate(files):

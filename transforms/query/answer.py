@@ -9,17 +9,15 @@ status "error" result for that question, never an exception for the batch.
 from __future__ import annotations
 
 import html
-import json
 import re
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
 import numpy as np
 
+from transforms.common.chat import (BackendError, BedrockClient, ChatClient,  # noqa: F401  (re-exported)
+                                    OpenAICompatibleClient)
 from transforms.common.text import STOPWORDS
 from transforms.query.cite import check_citations, cite_sentences, normalize_for_match
 from transforms.query.records import Candidate
@@ -149,7 +147,8 @@ def build_prompt(question: str, sources: list[Candidate], max_source_chars: int 
     """(system, user): sources fenced as <source id="n" title="...">text</source>."""
     blocks = []
     for n, src in enumerate(sources, start=1):
-        title = src.context or src.title or ""
+        # the title path only: an llm-written context (" | ..." after it) is not the source's text
+        title = (src.context or src.title or "").split(" | ", 1)[0]
         text = escape_source_text((src.text or "")[:max_source_chars])
         blocks.append(f'<source id="{n}" title="{html.escape(title, quote=True)}">\n'
                       f"{text}\n</source>")
@@ -157,15 +156,6 @@ def build_prompt(question: str, sources: list[Candidate], max_source_chars: int 
             f"Question: {question.strip()}\n\n"
             "Answer from the sources above, citing them as [n].")
     return SYSTEM_PROMPT, user
-
-
-class ChatClient(Protocol):
-    def complete(self, system: str, user: str) -> str:
-        ...
-
-
-class BackendError(RuntimeError):
-    pass
 
 
 class GeneratorAnswerer:
@@ -226,124 +216,3 @@ def _grounded_result(check, sources: list[Candidate], evidence: float, min_suppo
     return AnswerResult(g.answer, "answered", citations, check.n_invalid, evidence_score=evidence,
                         n_sentences_removed=g.sentences_removed, n_quotes_removed=g.quotes_removed,
                         removed=g.removed)
-
-
-_RETRY_HTTP = {408, 425, 429, 500, 502, 503, 504}
-
-
-def _attempts(last: int) -> str:
-    return f"{last + 1} attempt{'s' if last else ''}"
-
-
-class OpenAICompatibleClient:
-    """POST {base_url}/chat/completions (vLLM, llama.cpp server, Ollama, OpenAI) via urllib."""
-
-    def __init__(self, base_url: str, model: str, api_key: Optional[str] = None,
-                 timeout: float = 30, max_tokens: int = 512, temperature: float = 0,
-                 retries: int = 2, backoff_s: float = 1.0, budget_s: Optional[float] = None):
-        from transforms.common.redact import mask_url, split_userinfo
-        url, user, password = split_userinfo(base_url.rstrip("/"))
-        self.url = url + "/chat/completions"  # user info never travels in the URL or a message
-        self.shown_url = mask_url(self.url)
-        self._basic = None
-        if user is not None or password is not None:
-            import base64
-            from urllib.parse import unquote
-            self._basic = base64.b64encode(f"{unquote(user or '')}:{unquote(password or '')}".encode()).decode()
-        self.model = model
-        self.api_key = api_key
-        self.budget_s = budget_s  # total seconds of requests this client may spend
-        self._spent = 0.0
-        self._budget_lock = __import__("threading").Lock()
-        self.timeout = timeout
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.retries = retries
-        self.backoff_s = backoff_s
-
-    def complete(self, system: str, user: str) -> str:
-        body = json.dumps({
-            "model": self.model,
-            "messages": [{"role": "system", "content": system},
-                         {"role": "user", "content": user}],
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-        }).encode("utf-8")
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        elif self._basic:
-            headers["Authorization"] = f"Basic {self._basic}"
-        for attempt in range(self.retries + 1):
-            timeout = self._time_left()
-            req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-            t0 = time.monotonic()
-            try:
-                with urllib.request.urlopen(req, timeout=timeout) as resp:
-                    payload = json.loads(resp.read().decode("utf-8"))
-                break
-            except urllib.error.HTTPError as e:
-                detail = e.read()[:300].decode("utf-8", "replace")
-                if e.code not in _RETRY_HTTP or attempt == self.retries:
-                    raise BackendError(f"HTTP {e.code} from {self.shown_url} ({_attempts(attempt)}): "
-                                       f"{detail}") from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
-                if attempt == self.retries:
-                    raise BackendError(f"request to {self.shown_url} failed ({_attempts(attempt)}): {e}") from None
-            except ValueError as e:  # a reply that is not JSON
-                raise BackendError(f"reply from {self.shown_url} is not JSON: {e}") from None
-            finally:
-                self._spend(time.monotonic() - t0)
-            time.sleep(min(self.backoff_s * (2 ** attempt), self._time_left()))
-        try:
-            content = payload["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            raise BackendError(f"unexpected response shape: {str(payload)[:300]}") from None
-        if content is not None and not isinstance(content, str):
-            raise BackendError(f"unexpected content type: {type(content).__name__}")
-        return content or ""
-
-    def _spend(self, seconds: float) -> None:
-        with self._budget_lock:
-            self._spent += seconds
-
-    def _time_left(self) -> float:
-        """This request's timeout: the per-request timeout, capped by what is left of the budget."""
-        if self.budget_s is None:
-            return self.timeout
-        left = self.budget_s - self._spent
-        if left <= 0:
-            raise BackendError(f"answer.budget_s ({self.budget_s:g} s of generator time) is spent")
-        return min(self.timeout, left)
-
-
-class BedrockClient:
-    """Amazon Bedrock via boto3 bedrock-runtime converse (any converse-capable model)."""
-
-    def __init__(self, model_id: str, region: Optional[str] = None, max_tokens: int = 512,
-                 temperature: float = 0, timeout: float = 60, max_attempts: int = 4,
-                 client=None):
-        self.model_id = model_id
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        if client is None:
-            import boto3
-            from botocore.config import Config
-
-            client = boto3.client("bedrock-runtime", region_name=region, config=Config(
-                read_timeout=timeout, connect_timeout=min(timeout, 10),
-                retries={"max_attempts": max_attempts, "mode": "adaptive"}))
-        self.client = client
-
-    def complete(self, system: str, user: str) -> str:
-        resp = self.client.converse(
-            modelId=self.model_id,
-            system=[{"text": system}],
-            messages=[{"role": "user", "content": [{"text": user}]}],
-            inferenceConfig={"maxTokens": self.max_tokens, "temperature": self.temperature},
-        )
-        try:
-            blocks = resp["output"]["message"]["content"]
-        except (KeyError, TypeError):
-            raise BackendError(f"unexpected converse response: {str(resp)[:300]}") from None
-        return "".join(b.get("text", "") for b in blocks)

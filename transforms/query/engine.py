@@ -78,6 +78,7 @@ class AnswerSide:
         self._stem_con = connect(":memory:", memory_limit="256MB")  # the fts stemmer, for the query analysis
         self.analyzer = Analyzer(self._stem_con, BM25_STEMMER)
         self.embedder = embedder or _LazyEmbedder(spec)  # the gather side may never need the model
+        self._query_encoder = None
         # Sentence vectors shared across batches: questions hitting the same chunks reuse
         # them. ~1.5 KB a sentence, so 200k entries stay near 300 MB before a reset.
         self.sentence_vectors = VectorCache(max_entries=200_000)
@@ -112,6 +113,14 @@ class AnswerSide:
 
     def close(self) -> None:
         self._stem_con.close()
+
+    def query_vectors(self, texts: list[str]) -> np.ndarray:
+        """The questions' query vectors: the model's, fused with the llm's rewrites when
+        rewrite.kind asks for them (transforms/query/rewrite.py)."""
+        if self._query_encoder is None:
+            from transforms.query.rewrite import query_encoder
+            self._query_encoder = query_encoder(self.embedder, self.cfg)
+        return self._query_encoder.encode(texts)
 
     # --- the stages -------------------------------------------------------------------
 
@@ -340,7 +349,7 @@ class QAEngine(AnswerSide):
         from transforms.query.segment_search import gather
         rc = self.cfg.retrieve
         if qvecs is None:
-            qvecs = self.embedder.encode_queries(texts)
+            qvecs = self.query_vectors(texts)
         dense_n, bm25_n = dense_n or rc.dense_top_n, bm25_n or rc.bm25_top_n
         terms, words = self.analyze(texts)
         qn = qvecs / np.clip(np.linalg.norm(qvecs, axis=1, keepdims=True), 1e-12, None)
@@ -361,7 +370,7 @@ class QAEngine(AnswerSide):
         t = [time.perf_counter()]
         texts = [q.question for q in questions]
         if qvecs is None:
-            qvecs = self.embedder.encode_queries(texts)
+            qvecs = self.query_vectors(texts)
         t.append(time.perf_counter())
         rankings = self.search(texts, allowed, qvecs, access=None if allowed is not None
                                else [(q.acl, q.filters) for q in questions])

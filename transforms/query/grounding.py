@@ -52,8 +52,21 @@ class Grounded:
     removed: list[dict] = field(default_factory=list)  # {"sentence", "reason"} per removed sentence
 
 
+_LEADING_MARKERS = re.compile(r"^(?:\[\s*\d{1,4}(?:\s*,\s*\d{1,4})*\s*\]\s*)+")
+
+
 def _split_sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
+    """Sentences, each with its markers: in "X. [1] Y." the [1] belongs to X (the extractive
+    answers and many models put the marker after the full stop)."""
+    out: list[str] = []
+    for piece in (s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()):
+        m = _LEADING_MARKERS.match(piece)
+        if m and out:
+            out[-1] = f"{out[-1]} {m.group(0).strip()}"
+            piece = piece[m.end():].strip()
+        if piece:
+            out.append(piece)
+    return out
 
 
 def _is_exact(token: str) -> bool:

@@ -51,7 +51,9 @@ class EmbedQuestionsFn(beam.DoFn):
         from transforms.index.bm25 import Analyzer
         from transforms.index.segments import BM25_STEMMER
         from transforms.ingest.embed import Embedder
+        from transforms.query.rewrite import query_encoder
         self.embedder = Embedder(self.spec)
+        self.encoder = query_encoder(self.embedder, self.cfg)
         self.con = connect(":memory:", memory_limit="256MB")
         self.analyzer = Analyzer(self.con, BM25_STEMMER)
 
@@ -65,7 +67,7 @@ class EmbedQuestionsFn(beam.DoFn):
         qs = _questions(records)
         texts = [q.question for q in qs]
         bs = self.cfg.output.batch_size
-        vecs = [self.embedder.encode_queries(texts[i:i + bs]) for i in range(0, len(texts), bs)]
+        vecs = [self.encoder.encode(texts[i:i + bs]) for i in range(0, len(texts), bs)]
         dim = self.spec.dim
         q = np.concatenate(vecs).astype(np.float32) if vecs else np.zeros((0, dim), np.float32)
         q = q / np.clip(np.linalg.norm(q, axis=1, keepdims=True), 1e-12, None)

@@ -1,0 +1,156 @@
+"""Chat clients: one `complete(system, user) -> str` over an OpenAI-compatible HTTP server
+(llama.cpp's llama-server, vLLM, Ollama, OpenAI) or AWS Bedrock.
+
+The answer job's generator, the LLM contextualizer, query rewriting and the eval judge all
+talk to a model through these. A failure the question is not to blame for (a timeout, a
+retryable HTTP status, the time budget spent) is a BackendError, so a caller can tell it from
+a bad reply and a rerun can ask again.
+"""
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Optional, Protocol
+
+
+class ChatClient(Protocol):
+    def complete(self, system: str, user: str) -> str:
+        ...
+
+
+class BackendError(RuntimeError):
+    pass
+
+
+_RETRY_HTTP = {408, 425, 429, 500, 502, 503, 504}
+
+
+def _attempts(last: int) -> str:
+    return f"{last + 1} attempt{'s' if last else ''}"
+
+
+class OpenAICompatibleClient:
+    """POST {base_url}/chat/completions (vLLM, llama.cpp server, Ollama, OpenAI) via urllib."""
+
+    def __init__(self, base_url: str, model: str, api_key: Optional[str] = None,
+                 timeout: float = 30, max_tokens: int = 512, temperature: float = 0,
+                 retries: int = 2, backoff_s: float = 1.0, budget_s: Optional[float] = None,
+                 budget_key: str = "answer.budget_s"):
+        from transforms.common.redact import mask_url, split_userinfo
+        url, user, password = split_userinfo(base_url.rstrip("/"))
+        self.url = url + "/chat/completions"  # user info never travels in the URL or a message
+        self.shown_url = mask_url(self.url)
+        self._basic = None
+        if user is not None or password is not None:
+            import base64
+            from urllib.parse import unquote
+            self._basic = base64.b64encode(f"{unquote(user or '')}:{unquote(password or '')}".encode()).decode()
+        self.model = model
+        self.api_key = api_key
+        self.budget_s = budget_s  # total seconds of requests this client may spend
+        self.budget_key = budget_key  # the config key that set it, for the message
+        self._spent = 0.0
+        self._budget_lock = __import__("threading").Lock()
+        self.timeout = timeout
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.retries = retries
+        self.backoff_s = backoff_s
+
+    def complete(self, system: str, user: str) -> str:
+        body = json.dumps({
+            "model": self.model,
+            "messages": [{"role": "system", "content": system},
+                         {"role": "user", "content": user}],
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+        }).encode("utf-8")
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        elif self._basic:
+            headers["Authorization"] = f"Basic {self._basic}"
+        for attempt in range(self.retries + 1):
+            timeout = self._time_left()
+            req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+            t0 = time.monotonic()
+            try:
+                with urllib.request.urlopen(req, timeout=timeout) as resp:
+                    payload = json.loads(resp.read().decode("utf-8"))
+                break
+            except urllib.error.HTTPError as e:
+                detail = e.read()[:300].decode("utf-8", "replace")
+                if e.code not in _RETRY_HTTP or attempt == self.retries:
+                    raise BackendError(f"HTTP {e.code} from {self.shown_url} ({_attempts(attempt)}): "
+                                       f"{detail}") from None
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
+                if attempt == self.retries:
+                    raise BackendError(f"request to {self.shown_url} failed ({_attempts(attempt)}): {e}") from None
+            except ValueError as e:  # a reply that is not JSON
+                raise BackendError(f"reply from {self.shown_url} is not JSON: {e}") from None
+            finally:
+                self._spend(time.monotonic() - t0)
+            time.sleep(min(self.backoff_s * (2 ** attempt), self._time_left()))
+        try:
+            content = payload["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise BackendError(f"unexpected response shape: {str(payload)[:300]}") from None
+        if content is not None and not isinstance(content, str):
+            raise BackendError(f"unexpected content type: {type(content).__name__}")
+        return content or ""
+
+    def _spend(self, seconds: float) -> None:
+        with self._budget_lock:
+            self._spent += seconds
+
+    def _time_left(self) -> float:
+        """This request's timeout: the per-request timeout, capped by what is left of the budget."""
+        if self.budget_s is None:
+            return self.timeout
+        left = self.budget_s - self._spent
+        if left <= 0:
+            raise BackendError(f"{self.budget_key} ({self.budget_s:g} s of generator time) is spent")
+        return min(self.timeout, left)
+
+
+class BedrockClient:
+    """Amazon Bedrock via boto3 bedrock-runtime converse (any converse-capable model)."""
+
+    def __init__(self, model_id: str, region: Optional[str] = None, max_tokens: int = 512,
+                 temperature: float = 0, timeout: float = 60, max_attempts: int = 4,
+                 client=None):
+        self.model_id = model_id
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        if client is None:
+            import boto3
+            from botocore.config import Config
+
+            client = boto3.client("bedrock-runtime", region_name=region, config=Config(
+                read_timeout=timeout, connect_timeout=min(timeout, 10),
+                retries={"max_attempts": max_attempts, "mode": "adaptive"}))
+        self.client = client
+
+    def complete(self, system: str, user: str) -> str:
+        resp = self.client.converse(
+            modelId=self.model_id,
+            system=[{"text": system}],
+            messages=[{"role": "user", "content": [{"text": user}]}],
+            inferenceConfig={"maxTokens": self.max_tokens, "temperature": self.temperature},
+        )
+        try:
+            blocks = resp["output"]["message"]["content"]
+        except (KeyError, TypeError):
+            raise BackendError(f"unexpected converse response: {str(resp)[:300]}") from None
+        return "".join(b.get("text", "") for b in blocks)
+
+
+def llm_client(llm, max_tokens: int) -> OpenAICompatibleClient:
+    """The `llm:` config section's server, for one feature's replies of at most max_tokens."""
+    if not llm.base_url or not llm.model:
+        raise ValueError("llm.base_url and llm.model are required by the LLM features")
+    return OpenAICompatibleClient(llm.base_url, llm.model, api_key=llm.api_key, timeout=llm.timeout_s,
+                                  max_tokens=max_tokens, retries=llm.retries, backoff_s=llm.backoff_s,
+                                  budget_s=llm.budget_s, budget_key="llm.budget_s")
