@@ -19,6 +19,19 @@ if str(ROOT) not in sys.path:  # `pytest` (not `python -m pytest`): infra/ is no
 
 from infra.s3 import seaweed  # noqa: E402
 
+# The longest files first (about 50 s to 3 min each on 2 cores): `make test-core` runs two
+# processes that take whole files (pytest-xdist --dist loadfile) in collection order, so a long
+# file started last would leave one process working alone at the end.
+LONGEST_FIRST = ("test_s3_index.py", "test_incremental.py", "test_llm_features.py", "test_local_llm.py",
+                 "test_index_pipeline.py", "test_ocr.py", "test_source_changes.py", "test_segments.py",
+                 "test_neardup_index.py", "test_eval.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order stays
+
+
 TEST_ACCESS_KEY = "ragbeam-test"
 TEST_SECRET_KEY = "ragbeam-test-secret"
 

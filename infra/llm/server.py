@@ -5,7 +5,8 @@ suite (tests/conftest.py `llm_server`) and by humans:
 
     python -m infra.llm.server run [--parallel 4] [--threads 1] -- ragbeam answer --config configs/local-llm.yaml ...
 
-`run` starts the server on a free port, exports RAGBEAM__ANSWER__BASE_URL for the command, runs
+`run` starts the server on a free port, exports RAGBEAM__ANSWER__BASE_URL and RAGBEAM__LLM__BASE_URL
+(the answer generator's and the LLM features' endpoint) for the command, runs
 it and stops the server. Threads are explicit and the batch thread count equals the generation
 one: on 2 loaded cores two OpenMP threads spin-wait (5-15x slower than one), and greedy output
 changed when the two counts differed. The seed is fixed and sampling greedy (temperature 0 in
@@ -167,7 +168,7 @@ def main(argv=None) -> int:
     with start(parallel=a.parallel, threads=a.threads, ctx_per_slot=a.ctx_per_slot) as server:
         print(f"llama-server on {server.base_url} (model {MODEL_NAME}, {a.parallel} slots, "
               f"{a.threads} thread)", file=sys.stderr)
-        env = {**os.environ, "RAGBEAM__ANSWER__BASE_URL": server.base_url}
+        env = {**os.environ, "RAGBEAM__ANSWER__BASE_URL": server.base_url, "RAGBEAM__LLM__BASE_URL": server.base_url}
         return subprocess.call(cmd, env=env)
 
 

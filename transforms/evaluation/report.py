@@ -132,7 +132,9 @@ def format_table(report: dict) -> str:
         j = report["judge"]
         lines.append(f"judge ({j['model']}; {', '.join(j['prompt_versions'].values())}): faithfulness "
                      f"{f(j['faithfulness']).strip()}, answer relevance {f(j['answer_relevance']).strip()} over "
-                     f"{j['answers_judged']} answers, {j['claims_judged']} claims, {j['unparsed_verdicts']} unparsed")
+                     f"{j['answers_judged']} answers, {j['claims_judged']} claims, {j['unparsed_verdicts']} unparsed; "
+                     f"controls right {f(j['controls']['right']).strip()} of {j['controls']['judged']}"
+                     + ("" if j["reliable"] else " -- NOT RELIABLE: the judge fails its control claims"))
     lines.append("timings: " + ", ".join(f"{k} {v}" for k, v in report["timings"].items()))
     return "\n".join(lines)
 

@@ -78,6 +78,9 @@ class LLMContextualizer:
 
     def _prompt(self, chunk: Chunk, doc_text: str) -> str:
         title = chunk.title.strip() or chunk.source_uri.rsplit("/", 1)[-1]
+        if doc_text.strip() == chunk.text.strip():  # a one-chunk document: shown once, not twice
+            return (f"<document title=\"{title}\">\n</document>\n\n<chunk>\n{chunk.text}\n</chunk>\n\n"
+                    "This chunk is the whole document. Situate it.")
         return (f"<document title=\"{title}\">\n{doc_text[:self.doc_chars]}\n</document>\n\n"
                 f"<chunk>\n{chunk.text}\n</chunk>\n\nSituate this chunk within the document.")
 
