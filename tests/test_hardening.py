@@ -387,6 +387,9 @@ runner: {options: {s3_secret_access_key: hunter22, temp_location: 's3://k:v@b/tm
     ("answer: {kind: openai}", "answer.base_url: required when answer.kind is openai"),
     ("rerank: {kind: cross_encoder}", "rerank.model_dir: required"),
     ("gate: {dataset: /nonexistent/set}", "gate.dataset: directory not found"),
+    ("rewrite: {kind: hyde}", "llm.base_url: required by rewrite.kind: hyde"),
+    ("contextualize: {kind: llm}\nllm: {base_url: 'http://h:1/v1'}", "llm.model: required by contextualize.kind: llm"),
+    ("judge: {max_questions: 5}\nllm: {base_url: 'ftp://u:pw@h/v1', model: m}", "llm.base_url: expected http"),
 ])
 def test_19_settings_that_cannot_work_together_are_refused_at_load(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message.replace("+", r"\+").replace(".", r"\.")):

@@ -1,6 +1,7 @@
 """Contextual chunks written by the local LLM against the title-path prefix, on a Cranfield subset.
 
-    python -m bench.studies.llm_contexts [--data ../shared/data] [--queries 50] [--docs 400]
+    python -m bench.studies.llm_contexts [--data ../shared/data] [--queries 40] [--docs 300]
+        [--doc-chars 1500] [--threads 2]
 
 Writing a context costs the 135M model a few seconds a chunk on this machine, so the whole
 collection (2,082 chunks) is out of reach here; the study takes a seeded sample of queries,
@@ -55,8 +56,10 @@ def main() -> None:
     from pipelines.index import run_index
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
-    ap.add_argument("--queries", type=int, default=50)
-    ap.add_argument("--docs", type=int, default=400)
+    ap.add_argument("--queries", type=int, default=40)
+    ap.add_argument("--docs", type=int, default=300)
+    ap.add_argument("--doc-chars", type=int, default=1500, help="contextualize.doc_chars")
+    ap.add_argument("--threads", type=int, default=2, help="llama-server threads (2: the machine otherwise idle)")
     ap.add_argument("--out", default=str(ROOT / "out" / "llm_contexts"))
     a = ap.parse_args()
     out = Path(a.out)
@@ -64,13 +67,14 @@ def main() -> None:
     subset = out / "cranfield-subset"
     rows = {"subset": write_subset(Path(a.data) / "cranfield", subset, a.queries, a.docs),
             "model": llm.MODEL_NAME, "measured": time.strftime("%Y-%m-%d %H:%M"), "runs": {}}
-    server = llm.start(parallel=2, threads=1, ctx_per_slot=2048, log_dir=str(out / "llm"))
+    server = llm.start(parallel=2, threads=a.threads, ctx_per_slot=2048, log_dir=str(out / "llm"))
     try:
         base = load_config(environ={})
         for kind in ("title_path", "llm"):
             cfg = base.model_copy(update={
                 "chunk": base.chunk.model_copy(update={"context_tokens": 54}),
-                "contextualize": base.contextualize.model_copy(update={"kind": kind, "max_tokens": 64}),
+                "contextualize": base.contextualize.model_copy(update={"kind": kind, "max_tokens": 48,
+                                                                       "doc_chars": a.doc_chars}),
                 "llm": base.llm.model_copy(update={"base_url": server.base_url, "model": llm.MODEL_NAME,
                                                    "concurrency": 2, "timeout_s": 300})})
             index = out / kind / "index"
@@ -93,7 +97,8 @@ def main() -> None:
     (res / "llm_contexts.json").write_text(json.dumps(rows, indent=2) + "\n")
     sub = rows["subset"]
     lines = [f"# Contextual chunks on a Cranfield subset with {rows['model']} ({rows['measured']})", "",
-             f"`python -m bench.studies.llm_contexts --queries {a.queries} --docs {a.docs}`: {sub['queries']} "
+             f"`python -m bench.studies.llm_contexts --queries {a.queries} --docs {a.docs} --doc-chars {a.doc_chars} "
+             f"--threads {a.threads}`: {sub['queries']} "
              f"queries, {sub['documents']} documents ({sub['judged_documents']} judged relevant).", "",
              "| contextualize.kind | chunks | index s | llm contexts written | "
              + " | ".join(f"{s} nDCG@10" for s in STAGES) + " |", "|---" * (len(STAGES) + 4) + "|"]

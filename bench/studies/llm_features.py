@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -50,6 +52,7 @@ def main() -> None:
     ap.add_argument("--max-queries", type=int, default=0, help="0: every judged query")
     ap.add_argument("--judge-set", default="squad-dev-half")
     ap.add_argument("--judge", type=int, default=0, help="answers to judge (0: no judge run)")
+    ap.add_argument("--threads", type=int, default=1, help="llama-server threads")
     ap.add_argument("--out", default=str(ROOT / "out" / "llm_features"))
     a = ap.parse_args()
     out = Path(a.out)
@@ -58,9 +61,13 @@ def main() -> None:
     if (res / "llm_features.json").exists():  # a run of only some parts keeps the others' rows
         rows.update(json.loads((res / "llm_features.json").read_text()))
     rows["measured"] = time.strftime("%Y-%m-%d %H:%M")
-    server = llm.start(parallel=2, threads=1, ctx_per_slot=2048, log_dir=str(out / "llm"))
+    command = "python -m bench.studies.llm_features " + " ".join(shlex.quote(x) for x in sys.argv[1:])
+    rows.setdefault("rewrite_command", "python -m bench.studies.llm_features --judge 100")  # the first run's
+    server = llm.start(parallel=2, threads=a.threads, ctx_per_slot=2048, log_dir=str(out / "llm"))
     try:
         kinds = [k for k in a.kinds.split(",") if k]
+        if kinds:
+            rows["rewrite_command"] = command
         for kind in kinds:
             cfg = _cfg(server.base_url, rewrite={"kind": kind, "n": 3, "max_tokens": 96})
             t0, tok0 = time.monotonic(), _tokens(server)
@@ -79,6 +86,7 @@ def main() -> None:
             t0 = time.monotonic()
             report = run_eval(cfg, str(Path(a.data) / a.judge_set), str(out / a.judge_set), max_queries=a.judge,
                               unanswerable=False, log=print)
+            rows["judge_command"] = command
             rows["judge"] = {"set": a.judge_set, **report["judge"], "gold_span_in_answer":
                              report.get("answers", {}).get("gold_span_in_answer"),
                              "citation_precision": report["triage"]["citation_precision"],
@@ -88,7 +96,8 @@ def main() -> None:
         server.stop()
     (res / "llm_features.json").write_text(json.dumps(rows, indent=2) + "\n")
     lines = [f"# LLM features on {a.set} with {rows['model']} ({rows['measured']})", "",
-             "`python -m bench.studies.llm_features" + (f" --judge {a.judge}" if a.judge else "") + "`", "",
+             f"Rewriting: `{rows['rewrite_command']}`" + (f"; the judge: `{rows['judge_command']}`"
+                                                          if rows.get("judge_command") else "") + ".", "",
              "| rewrite.kind | queries | " + " | ".join(f"{s} nDCG@10" for s in STAGES)
              + " | s/query | prompt tokens/q | generated tokens/q |",
              "|---" * (len(STAGES) + 5) + "|"]
