@@ -468,3 +468,42 @@ def test_call_questions_match_identifier_parts_and_read_further_definitions(embe
     assert far.answer.startswith("json.dumps(obj, *, skipkeys=False) [1] Serialize obj to a JSON formatted str"), far.answer
     assert "web services" not in far.answer and far.evidence_score == near.evidence_score
     assert far.citations[0]["chunk_id"] == "c2"
+
+
+def test_a_call_answer_leads_with_its_signature_heading_or_the_man_pages_synopsis(embedder):
+    from dataclasses import replace as _replace
+    from transforms.query.cite import check_citations
+    from transforms.query.extract import SentenceAnswerer, SentenceParams, heading_term
+    params = dict(max_sentences=2, top_chunks=2, threshold=0.0, form_filter=True)
+    # Markdown API docs: the call is only in the section's heading
+    timers = _replace(cand(1, "- callback {Function} The function to call.\n\nSchedules repeated execution of "
+                              "callback every delay milliseconds.", "Timers › setInterval", "timers", 1),
+                      heading_path=["Timers", "`setInterval(callback[, delay[, ...args]])`"])
+    assert heading_term(timers) == "setInterval(callback[, delay[, ...args]])"
+    assert heading_term(_replace(timers, heading_path=["Timers", "Class: Timeout"])) is None
+    q = "How do I run a callback repeatedly every few milliseconds in Node.js?"
+    rec, = SentenceAnswerer(embedder, None, SentenceParams(**params)).answer([q], [[timers]])
+    assert rec.answer.startswith("setInterval(callback[, delay[, ...args]]) [1] Schedules repeated"), rec.answer
+    assert rec.n_invalid_citations == 0 and rec.citations[0]["quotes"][0] == "setInterval(callback[, delay[, ...args]])"
+    # the heading is quotable from its own chunk only, never from another one's
+    other = _replace(timers, heading_path=["Timers"])
+    assert check_citations("setInterval(callback[, delay[, ...args]]) [1]", [other],
+                           {1: "setInterval(callback[, delay[, ...args]])"}).n_invalid == 1
+    # not for a value question, nor when the rule is off
+    rec, = SentenceAnswerer(embedder, None, SentenceParams(**params)).answer(
+        ["What does setInterval schedule?"], [[timers]])
+    assert rec.answer.startswith("Schedules repeated"), rec.answer
+    rec, = SentenceAnswerer(embedder, None, SentenceParams(**{**params, "form_filter": False})).answer([q], [[timers]])
+    assert rec.answer.startswith("Schedules repeated"), rec.answer
+    # a man page: the NAME line's term is the page's SYNOPSIS, when that chunk was retrieved
+    name = _replace(cand(1, "git-add - Add file contents to the index", "git-add(1) › NAME", "git-add", 1),
+                    doc_id="git-add", heading_path=["git-add(1)", "NAME"])
+    synopsis = _replace(cand(2, "[verse]\n'git add' [--verbose | -v] [--] [<pathspec>...]", "git-add(1) › SYNOPSIS",
+                             "git-add", 2), doc_id="git-add", heading_path=["git-add(1)", "SYNOPSIS"])
+    q = "How do I add file contents to the git index?"
+    rec, = SentenceAnswerer(embedder, None, SentenceParams(**params)).answer([q], [[name, synopsis]])
+    assert rec.answer.startswith("'git add' [--verbose | -v] [--] [<pathspec>...] [1] git-add - Add file"), rec.answer
+    assert [c["chunk_id"] for c in rec.citations] == ["c2", "c1"] and rec.n_invalid_citations == 0
+    alone, = SentenceAnswerer(embedder, None, SentenceParams(**params)).answer(
+        [q], [[name, _replace(synopsis, doc_id="git-commit")]])  # another page's synopsis is no term
+    assert alone.answer.startswith("git-add - Add file contents"), alone.answer

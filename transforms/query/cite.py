@@ -55,9 +55,17 @@ def normalize_for_match(text: str) -> str:
     return " ".join(text.split())
 
 
-def _quote_in(quote: str, source_text_norm: str) -> bool:
+def _quote_in(quote: str, source_norms: tuple[str, ...]) -> bool:
     q = normalize_for_match(quote).strip(" .,;:")
-    return bool(q) and q in source_text_norm
+    return bool(q) and any(q in t for t in source_norms)
+
+
+def quotable(src: Candidate) -> tuple[str, ...]:
+    """What a quote from a source may come from, normalised: its text and its own headings (the
+    document's words; a section's heading can be the very call it documents). Never the chunk's
+    context, which may be written by a model."""
+    heads = [str(h) for h in (list(src.heading_path) if src.heading_path is not None else [])]
+    return tuple(normalize_for_match(t) for t in [src.text or ""] + heads)
 
 
 def check_citations(answer: str, sources: list[Candidate],
@@ -70,11 +78,11 @@ def check_citations(answer: str, sources: list[Candidate],
     """
     invalid: list[str] = []
     n_sources = len(sources)
-    norm_texts: dict[int, str] = {}
+    norm_texts: dict[int, tuple[str, ...]] = {}
 
-    def source_norm(n: int) -> str:
+    def source_norm(n: int) -> tuple[str, ...]:
         if n not in norm_texts:
-            norm_texts[n] = normalize_for_match(sources[n - 1].text or "")
+            norm_texts[n] = quotable(sources[n - 1])
         return norm_texts[n]
 
     valid_quotes: dict[int, list[str]] = {}

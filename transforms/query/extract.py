@@ -160,6 +160,36 @@ def is_term(s: str) -> bool:
     return bool(_SIGNATURE.match(first) or _OPTION_TERM.match(first) or _SYNOPSIS.search(first))
 
 
+def heading_term(c: Candidate) -> Optional[str]:
+    """The call a chunk documents when its own heading is a bare signature (Markdown API docs:
+    "### `setInterval(callback[, delay[, ...args]])`", then the description), else None."""
+    path = list(c.heading_path) if c.heading_path is not None else []
+    h = str(path[-1]).strip().strip("`").strip() if path else ""
+    return h if h and _SIGNATURE.match(h) else None
+
+
+def is_name_line(c: Candidate) -> bool:
+    """A man page's NAME section ("git-add - Add file contents to the index"): the page's
+    definition, whose term is its SYNOPSIS."""
+    path = list(c.heading_path) if c.heading_path is not None else []
+    return bool(path) and str(path[-1]).strip().upper() == "NAME"
+
+
+def synopsis_of(c: Candidate, cands: list[Candidate]) -> Optional[tuple[int, str]]:
+    """(candidate index, first sentence) of the SYNOPSIS chunk of c's document, when retrieved."""
+    for ci, o in enumerate(cands):
+        path = list(o.heading_path) if o.heading_path is not None else []
+        if o.doc_id == c.doc_id and path and str(path[-1]).strip().upper() == "SYNOPSIS":
+            ss = candidate_sentences(o)
+            if ss:  # past an AsciiDoc block attribute line ("[verse]"): the synopsis itself
+                m = _BLOCK_ATTR.match(ss[0])
+                return ci, ss[0][m.end():] if m and ss[0][m.end():].strip() else ss[0]
+    return None
+
+
+_BLOCK_ATTR = re.compile(r"\[[a-z][\w,=\" -]*\]\s*\n\s*")
+
+
 _IDENT_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 
 
@@ -405,6 +435,21 @@ class SentenceAnswerer:
                 picked.insert(0, calls[0])
         return picked
 
+    def lead_term(self, pairs: list[tuple[int, str]], cands: list[Candidate], question: str) -> list[tuple[int, str]]:
+        """A call question's answer whose lead is no call yet leads with its definition's term
+        from the chunk's structure: the chunk's signature heading (Markdown API docs), or, for a
+        man page's NAME line, the first line of the page's SYNOPSIS when that chunk was retrieved."""
+        p = self.p
+        if (not pairs or not p.form_filter or p.max_sentences < 2 or question_form(question) != "call"
+                or sentence_kind(pairs[0][1]) == "code" or is_term(pairs[0][1])):
+            return pairs
+        ci = pairs[0][0]
+        head = heading_term(cands[ci])
+        term = (ci, head) if head else (synopsis_of(cands[ci], cands) if is_name_line(cands[ci]) else None)
+        if term is None or any(normalize_for_match(term[1]) == normalize_for_match(s) for _, s in pairs):
+            return pairs
+        return [term] + pairs[:p.max_sentences - 1]
+
     def evidence_features(self, sentence_evidence: float, cands: list[Candidate]) -> np.ndarray:
         """The evidence model's inputs; a chunk without fixed-scale scores counts 0 there."""
         cos = max((c.dense_cosine for c in cands if c.dense_cosine is not None), default=0.0)
@@ -435,12 +480,16 @@ class SentenceAnswerer:
             n = len(cands)
             cands = cands + list(extra)
             flat, score, mat = self.score(question, qv, cands, cache)
+            first_prose = {}  # chunk -> its first prose sentence: the description under a signature heading
+            for i, (ci, s) in enumerate(flat):
+                if ci >= n and ci not in first_prose and sentence_kind(s) == "prose" and heading_term(cands[ci]):
+                    first_prose[ci] = i
             definition = np.array([ci < n or (i > 0 and flat[i - 1][0] == ci and is_term(flat[i - 1][1])
-                                              and not is_term(s))
+                                              and not is_term(s)) or first_prose.get(ci) == i
                                    for i, (ci, s) in enumerate(flat)])
             score = np.where(definition, score, _SET_ASIDE)
         picked = self.select(flat, score, mat, question)
-        check = cite_sentences([flat[i] for i in picked], cands)
+        check = cite_sentences(self.lead_term([flat[i] for i in picked], cands, question), cands)
         # rivals: the other sentences as strong as an answer sentence could have been
         conflicts = []
         if self.p.conflict_gap > 0:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from transforms.query.cite import _MARKER, _quote_in, normalize_for_match
+from transforms.query.cite import _MARKER, _quote_in, quotable
 from transforms.query.records import Candidate
 
 UNSUPPORTED = "unsupported"
@@ -110,12 +110,12 @@ def claim_support(sentence: str, sources: list[SourceWords]) -> tuple[float, lis
 
 def ground_answer(answer: str, sources: list[Candidate], min_support: float = MIN_SUPPORT) -> Grounded:
     """`answer` must already have gone through check_citations (markers are valid numbers)."""
-    norm: dict[int, str] = {}
+    norm: dict[int, tuple[str, ...]] = {}
     words: dict[int, SourceWords] = {}
 
-    def source_norm(n: int) -> str:
+    def source_norm(n: int) -> tuple[str, ...]:
         if n not in norm:
-            norm[n] = normalize_for_match(sources[n - 1].text or "")
+            norm[n] = quotable(sources[n - 1])
         return norm[n]
 
     def source_words(n: int) -> SourceWords:
