@@ -192,10 +192,13 @@ class RetrieveConfig(_Strict):
     fusion: Literal["rrf", "convex"] = Field("convex", description="convex: fusion_alpha × dense + (1 − "
                                              "fusion_alpha) × BM25, each normalised by fusion_norm, a chunk missing "
                                              "from one list scored exactly there; rrf: reciprocal rank fusion")
-    fusion_alpha: float = Field(0.82, ge=0, le=1, description="convex: weight of the dense score")
-    fusion_norm: Literal["minmax", "zscore", "max", "bound"] = Field(
-        "bound", description="convex: bound: the cosine as it is and BM25 over the question's best possible "
-                             "score; minmax, zscore, max: per-query normalisation")
+    fusion_alpha: Optional[float] = Field(None, ge=0, le=1, description="convex: weight of the dense score; unset: "
+                                          "the one fitted for the embedding profile (minilm: 0.82)")
+    fusion_norm: Optional[Literal["minmax", "zscore", "max", "bound", "floor"]] = Field(
+        None, description="convex: bound: the cosine as it is and BM25 over the question's best possible score; "
+                          "floor: the cosine above the question's last dense hit, stretched to 0..1, and BM25 as "
+                          "bound; minmax, zscore, max: per-query normalisation; unset: the embedding profile's "
+                          "(minilm: bound)")
     bm25_k1: Optional[float] = Field(None, gt=0, description="BM25 k1; unset: the artifact's (1.2)")
     bm25_b: Optional[float] = Field(None, ge=0, le=1, description="BM25 b; unset: the artifact's (0.75)")
 
@@ -223,10 +226,11 @@ class AnswerConfig(_Strict):
                             "generator sees)")
     evidence: Literal["model", "sentence"] = Field(
         "model", description="model: the probability that the chunks answer the question (a logistic model over "
-                             "sentence and retrieval scores, extract.EVIDENCE_MODEL); sentence: the best sentence "
+                             "sentence and retrieval scores, fitted per embedding profile); sentence: the best sentence "
                              "score alone")
     threshold: Optional[float] = Field(None, ge=-1, le=2, description="below it the answer is \"Not found in the "
-                                       "sources.\"; unset: 0.34 for evidence model, 0.58 for sentence")
+                                       "sources.\"; unset: for evidence model the embedding profile's fitted "
+                                       "threshold (minilm: 0.34), 0.58 for sentence")
     # Extractive selection; the defaults were picked on SQuAD by bench/studies/answer_fit.py.
     gap: float = Field(0.12, ge=0, le=2, description="a further sentence joins only if it scores within this of "
                        "the best")
@@ -272,11 +276,6 @@ class AnswerConfig(_Strict):
                                  "every number and identifier it states is in the sources it cites and this share "
                                  "of its other words are (transforms/query/grounding.py); 0: no claim check")
 
-    @property
-    def evidence_threshold(self) -> float:
-        if self.threshold is not None:
-            return self.threshold
-        return 0.34 if self.evidence == "model" else 0.58
 
 
 class LLMConfig(_Strict):
@@ -363,6 +362,32 @@ class Config(_Strict):
     questions: QuestionsConfig = QuestionsConfig()
     output: OutputConfig = OutputConfig()
     gate: Optional[GateConfig] = Field(None, description="unset: no gate")
+
+    # What the config leaves unset is the embedding profile's fit (profiles.ScoreFit): fusion and
+    # the evidence model were fitted on one model's scores and do not carry over to another's.
+    @property
+    def score_fit(self):
+        from transforms.ingest.profiles import named_profile
+        return named_profile(self.embed.profile).fit
+
+    @property
+    def fusion_alpha(self) -> float:
+        a = self.retrieve.fusion_alpha
+        return self.score_fit.fusion_alpha if a is None else a
+
+    @property
+    def fusion_norm(self) -> str:
+        return self.retrieve.fusion_norm or self.score_fit.fusion_norm
+
+    @property
+    def evidence_model(self) -> Optional[tuple]:
+        return self.score_fit.evidence_model if self.answer.evidence == "model" else None
+
+    @property
+    def evidence_threshold(self) -> float:
+        if self.answer.threshold is not None:
+            return self.answer.threshold
+        return self.score_fit.evidence_threshold if self.answer.evidence == "model" else 0.58
 
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

@@ -48,10 +48,29 @@ def test_env_override_of_one_key(tmp_path):
 
 def test_answer_threshold_defaults_to_the_tuned_value_of_its_evidence_kind(tmp_path):
     # the two evidence scores live on different scales: one default threshold would not fit both
-    assert load_config(write(tmp_path, "answer: {evidence: model}"), environ={}).answer.evidence_threshold == 0.34
-    assert load_config(write(tmp_path, "answer: {evidence: sentence}"), environ={}).answer.evidence_threshold == 0.58
+    assert load_config(write(tmp_path, "answer: {evidence: model}"), environ={}).evidence_threshold == 0.34
+    assert load_config(write(tmp_path, "answer: {evidence: sentence}"), environ={}).evidence_threshold == 0.58
     assert load_config(write(tmp_path, "answer: {evidence: sentence, threshold: 0.3}"),
-                       environ={}).answer.evidence_threshold == 0.3
+                       environ={}).evidence_threshold == 0.3
+
+
+def test_unset_fusion_and_evidence_settings_are_the_embedding_profiles_fit(tmp_path):
+    from transforms.ingest.profiles import PROFILES
+    base = load_config(write(tmp_path, ""), environ={})
+    assert (base.fusion_alpha, base.fusion_norm, base.evidence_threshold) == (0.82, "bound", 0.34)
+    assert base.evidence_model == PROFILES["minilm"].fit.evidence_model
+    for name in ("bge-small", "e5-small"):
+        fit = PROFILES[name].fit
+        c = load_config(write(tmp_path, f"embed: {{profile: {name}}}"), environ={})
+        assert (c.fusion_alpha, c.fusion_norm, c.evidence_threshold, c.evidence_model) == \
+            (fit.fusion_alpha, fit.fusion_norm, fit.evidence_threshold, fit.evidence_model)
+        assert fit != PROFILES["minilm"].fit  # fitted on its own scores
+    # a value the config sets wins over the profile's
+    c = load_config(write(tmp_path, "embed: {profile: e5-small}\nretrieve: {fusion_alpha: 0.5, fusion_norm: minmax}\n"
+                                    "answer: {threshold: 0.7}"), environ={})
+    assert (c.fusion_alpha, c.fusion_norm, c.evidence_threshold) == (0.5, "minmax", 0.7)
+    assert load_config(write(tmp_path, "embed: {profile: e5-small}\nanswer: {evidence: sentence}"),
+                       environ={}).evidence_model is None
     with pytest.raises(ConfigError, match="answer.evidence"):
         load_config(write(tmp_path, "answer: {evidence: vibes}"), environ={})
 
@@ -71,14 +90,14 @@ def _example_expectations():
             ((c.artifacts.hnsw.m, c.artifacts.hnsw.ef_construction, c.artifacts.hnsw.ef_search), (16, 128, 64)),
             (c.index.keep_versions, 3), (c.retrieve.mode, "auto"), (c.retrieve.rrf_k, 60),
             (c.rerank.kind, "none"), (c.answer.kind, "extractive"), (c.answer.evidence, "model"),
-            (c.answer.threshold, 0.34), (c.answer.evidence_threshold, 0.34),
-            (c.answer.max_sentences, 3), (c.answer.gap, 0.12), (c.answer.same_source_bonus, 0.1), (c.retrieve.fusion, "convex"), (c.retrieve.fusion_alpha, 0.82),
-            (c.retrieve.fusion_norm, "bound"),
+            (c.answer.threshold, None), (c.evidence_threshold, 0.34),
+            (c.answer.max_sentences, 3), (c.answer.gap, 0.12), (c.answer.same_source_bonus, 0.1), (c.retrieve.fusion, "convex"),
+            (c.retrieve.fusion_alpha, None), (c.fusion_alpha, 0.82), (c.fusion_norm, "bound"),
             (c.output.format, "jsonl"), (c.output.retrieved_top_k, 10), (c.gate, None),
             (c.s3.endpoint_url, None), (c.s3.access_key_id, None)],
         "eval-rerank.yaml": lambda c: [
             (c.runner.name, "DirectRunner"), (c.runner.direct_running_mode, "in_memory"),
-            (c.rerank.kind, "embedding"), (c.answer.threshold, None), (c.answer.evidence_threshold, 0.34)],
+            (c.rerank.kind, "embedding"), (c.answer.threshold, None), (c.evidence_threshold, 0.34)],
         "flink-local.yaml": lambda c: [
             (c.runner.name, "PortableRunner"),
             (c.runner.options, {"job_endpoint": "localhost:8099", "environment_type": "PROCESS",

@@ -346,6 +346,6 @@ def test_candidates_carry_fixed_scale_scores_and_evidence_is_a_probability(gated
         on, off = engine.answer_batch(qs, top_k=5)
     finally:
         engine.close()
-    threshold = cfg.answer.evidence_threshold
+    threshold = cfg.evidence_threshold
     assert on.status == "answered" and threshold <= on.evidence_score <= 1.0
     assert off.status == "not_found" and 0.0 <= off.evidence_score < threshold

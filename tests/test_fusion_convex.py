@@ -93,3 +93,25 @@ def test_bound_norm_keeps_scores_on_a_fixed_scale():
     assert convex_fuse([1, 2], [0.6, 0.5], [2, 1], [1.0, 0.5], alpha=0.4)[0][0] == 2
     # no BM25 bound (no known query term): dense alone decides
     assert [c for c, _ in convex_fuse([1, 2], [0.6, 0.5], [], [], alpha=0.8, norm="bound")] == [1, 2]
+
+
+def test_floor_norm_gives_a_model_with_compressed_cosines_the_same_fused_order():
+    # e5's cosines all sit near 1, MiniLM's spread: with "bound" the same alpha gives the dense
+    # side less say for the compressed model; "floor" measures each cosine above the list's last hit
+    rng = np.random.default_rng(0)
+    ids = np.arange(40)
+    spread = np.sort(rng.uniform(0.1, 0.7, 40))[::-1]
+    compressed = 1 - 0.3 * (1 - spread)  # the same order and gaps, squeezed towards 1
+    bm_ids = rng.permutation(40)[:30]
+    bm_s = rng.uniform(0, 12, 30)
+    fill = {int(i): float(s) for i, s in zip(bm_ids, bm_s)}
+
+    def order(cos, norm):
+        cos_of = dict(zip(ids.tolist(), cos.tolist()))
+        return [c for c, _ in convex_fuse(ids, cos, bm_ids, bm_s, alpha=0.7, norm=norm, bm25_bound=15.0,
+                                          dense_fill=lambda cs: np.array([cos_of[int(c)] for c in cs]),
+                                          bm25_fill=lambda cs: np.array([fill.get(int(c), 0.0) for c in cs]))]
+    assert order(spread, "floor") == order(compressed, "floor")
+    assert order(spread, "bound") != order(compressed, "bound")
+    top = convex_fuse([5, 6], [0.9, 0.8], [], [], alpha=1.0, norm="floor", bm25_bound=1.0)
+    assert [round(s, 6) for _, s in top] == [0.5, 0.0]  # (0.9 - 0.8) / (1 - 0.8); the floor itself is 0

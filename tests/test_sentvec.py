@@ -137,15 +137,14 @@ def test_evidence_model_weighs_retrieval_scores_into_a_probability(embedder):
     matches well; the evidence is a probability either way."""
     from dataclasses import replace
 
-    from configs.schema import AnswerConfig
-    from transforms.query.extract import EVIDENCE_MODEL
+    from configs.schema import Config
 
     _, spans, vecs = chunk_sentence_vectors(embedder, embed_texts(), TEXTS, kind="late")
     store = SentenceStore.from_lists(spans, vecs)
     q = ["How do I create missing parent directories with pathlib?"]
     qv = embedder.encode(q)
-    threshold = AnswerConfig().evidence_threshold  # the shipped model at its shipped threshold
-    ans = SentenceAnswerer(None, store, SentenceParams(gap=0.0, threshold=threshold, evidence_model=EVIDENCE_MODEL))
+    threshold = Config().evidence_threshold  # the shipped model at its shipped threshold
+    ans = SentenceAnswerer(None, store, SentenceParams(gap=0.0, threshold=threshold, evidence_model=Config().evidence_model))
     strong = [replace(c, dense_cosine=0.7, bm25_coverage=0.6) for c in cands()]
     weak = [replace(c, dense_cosine=0.05, bm25_coverage=0.0) for c in cands()]
     [yes] = ans.answer(q, [strong], qvecs=qv)

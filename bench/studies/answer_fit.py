@@ -5,7 +5,7 @@
 Two disjoint question samples of the dev half: "eval" (the 500 questions of `ragbeam eval
 --max-queries 500`, seed 0) only reports; "tune" (every other question, 4,897) fits and picks.
 
-Evidence (kept: transforms/query/extract.py EVIDENCE_MODEL): logistic regression, answerable
+Evidence (kept: the profile's fit, transforms/ingest/profiles.py ScoreFit.evidence_model): logistic regression, answerable
 (normal retrieval) vs made-unanswerable (the question's article hidden, as `ragbeam eval` does),
 over the sentence evidence, the best chunk cosine and the best BM25 coverage.
 
@@ -317,7 +317,7 @@ def main(argv=None) -> None:
     out["evidence_model"] = dict(zip(EVIDENCE_FEATURES + ("bias",), model))
     out["evidence_auc_by_feature"] = {f: round(M.auc(list(xe[ye == 1, i]), list(xe[ye == 0, i])), 4)
                                       for i, f in enumerate(EVIDENCE_FEATURES)}
-    print("EVIDENCE_MODEL =", model, flush=True)
+    print("evidence_model =", model, flush=True)
     # selection and threshold together: answer once per setting with every question answered,
     # then apply each threshold to the recorded evidence
     grid = {}

@@ -46,7 +46,7 @@ def summarize(per_q, ds, cfg, version_dir, version, hnsw, labels, timings, with_
             "gold_span_in_answer": M.mean(r["gold_in_answer"] for r in ans),
             "gold_span_in_answer (of answered)": M.mean(r["gold_in_answer"] for r in ans if r["status"] == "answered"),
             "not_found_on_answerable": M.mean(r["status"] == "not_found" for r in ans),
-            "threshold": cfg.answer.evidence_threshold,
+            "threshold": cfg.evidence_threshold,
         }
     if with_answers:
         pos = [r["evidence_score"] for r in per_q]
@@ -62,8 +62,8 @@ def summarize(per_q, ds, cfg, version_dir, version, hnsw, labels, timings, with_
             "gold_leaked": M.mean(r["unanswerable"]["gold_leaked"] for r in per_q),
             "auc_answerable_vs_unanswerable": M.auc(pos, neg),
             "best_threshold": M.best_threshold(sweep),
-            "at_configured_threshold": next((s for s in sweep if abs(s["threshold"] - cfg.answer.evidence_threshold) < 1e-9),
-                                            M.threshold_sweep(pos, neg, [cfg.answer.evidence_threshold])[0]),
+            "at_configured_threshold": next((s for s in sweep if abs(s["threshold"] - cfg.evidence_threshold) < 1e-9),
+                                            M.threshold_sweep(pos, neg, [cfg.evidence_threshold])[0]),
             "sweep": sweep,
             "evidence_quantiles": {"answerable": _quantiles(pos), "unanswerable": _quantiles(neg)},
         }

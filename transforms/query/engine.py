@@ -65,7 +65,7 @@ class AnswerSide:
         from transforms.index.bm25 import Analyzer
         from transforms.index.segments import BM25_STEMMER
         from transforms.query.answer import GeneratorAnswerer
-        from transforms.query.extract import EVIDENCE_MODEL, SentenceParams
+        from transforms.query.extract import SentenceParams
         from transforms.query.rerank import make_reranker
         from transforms.query.version_segments import VersionSegments
 
@@ -98,14 +98,14 @@ class AnswerSide:
         self.scored_head = a.top_chunks if r.kind == "none" else max(a.top_chunks, r.top_n)
         if a.kind == "extractive":
             self.answerer = SentenceAnswerer(self.embedder, self.segments.sentences, SentenceParams(
-                max_sentences=a.max_sentences, top_chunks=a.top_chunks, threshold=a.evidence_threshold, gap=a.gap,
+                max_sentences=a.max_sentences, top_chunks=a.top_chunks, threshold=cfg.evidence_threshold, gap=a.gap,
                 conflict_gap=a.conflict_gap,
                 lexical_weight=a.lexical_weight, rank_weight=a.rank_weight, mmr_lambda=a.mmr_lambda,
                 dup_sim=a.dup_sim, type_weight=a.type_weight, same_source_bonus=a.same_source_bonus,
                 form_filter=a.form_filter, restate_overlap=a.restate_overlap,
                 call_lexical=a.call_lexical, call_chunks=a.call_chunks,
                 evidence_lexical_weight=a.evidence_lexical_weight,
-                evidence_model=EVIDENCE_MODEL if a.evidence == "model" else None))
+                evidence_model=cfg.evidence_model))
         else:
             self.answerer = GeneratorAnswerer(_chat_client(a), max_sources=a.top_chunks,
                                               max_source_chars=a.max_source_chars, concurrency=a.concurrency,
@@ -153,8 +153,8 @@ class AnswerSide:
         if rc.fusion == "convex":
             nd, nb = rc.dense_top_n, rc.bm25_top_n
             cos_of, bm_of = g.cos_of, g.bm25_of
-            return convex_fuse(d_ids[:nd], d_s[:nd], b_ids[:nb], b_s[:nb], alpha=rc.fusion_alpha,
-                               norm=rc.fusion_norm, top_n=top_n,
+            return convex_fuse(d_ids[:nd], d_s[:nd], b_ids[:nb], b_s[:nb], alpha=self.cfg.fusion_alpha,
+                               norm=self.cfg.fusion_norm, top_n=top_n,
                                dense_fill=lambda cs: np.array([cos_of[int(c)] for c in cs]),
                                bm25_fill=lambda cs: np.array([bm_of[int(c)] for c in cs]),
                                bm25_bound=g.bm25_bound)

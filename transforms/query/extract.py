@@ -220,10 +220,6 @@ def restates(a: set[str], b: set[str], overlap: float) -> bool:
     return n > 0 and len(a & b) / n >= overlap
 
 
-# Fitted by `python -m bench.answer_fit` (bench/results/answer_fit.json) on the SQuAD tune
-# questions (the dev half outside the eval sample): weights of (sentence evidence, best chunk
-# cosine, best BM25 coverage), then the bias.
-EVIDENCE_MODEL = (6.447, 9.113, 7.912, -11.48)
 
 
 @dataclass
@@ -255,7 +251,7 @@ class SentenceParams:
     # unanswerable questions (whose distractors share the question's words) look answerable.
     evidence_lexical_weight: Optional[float] = 0.15  # None: the selection score itself
     # (w_sentence, w_cosine, w_bm25_coverage, bias) of the logistic evidence
-    # model (EVIDENCE_MODEL); None: the sentence evidence alone, compared with `threshold`
+    # model (fitted per embedding model: profiles.ScoreFit); None: the sentence evidence alone, compared with `threshold`
     evidence_model: Optional[tuple] = None
 
 

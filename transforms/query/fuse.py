@@ -11,7 +11,7 @@ from typing import Callable, Hashable, Optional
 
 import numpy as np
 
-NORMS = ("minmax", "zscore", "max", "bound")
+NORMS = ("minmax", "zscore", "max", "bound", "floor")
 
 
 # Sums of the same terms added in a different order can differ in the last ulp;
@@ -90,7 +90,9 @@ def convex_fuse(dense_ids, dense_scores, bm25_ids, bm25_scores, alpha: float = 0
     ids/scores: each retriever's ranked list (-1 slots ignored). fill(ids) -> exact raw
     scores of ids absent from that retriever's list (optional). norm "bound": the cosine as
     it is and BM25 divided by `bm25_bound` (BM25Index.bound: the query's best possible score),
-    so neither side is stretched to 0..1 when its best match is weak."""
+    so neither side is stretched to 0..1 when its best match is weak. "floor": BM25 as bound,
+    the cosine as (cos - f) / (1 - f), f the dense list's lowest score: a model whose cosines all
+    sit high (e5) gets the same say as one whose cosines spread (MiniLM)."""
     d_ids, d_s = _valid(dense_ids, dense_scores)
     b_ids, b_s = _valid(bm25_ids, bm25_scores)
     union = np.union1d(d_ids, b_ids)
@@ -98,7 +100,10 @@ def convex_fuse(dense_ids, dense_scores, bm25_ids, bm25_scores, alpha: float = 0
         return []
     nd = _scores_on(union, d_ids, d_s, dense_fill)
     nb = _scores_on(union, b_ids, b_s, bm25_fill)
-    if norm == "bound":
+    if norm in ("bound", "floor"):
+        if norm == "floor" and len(d_s):  # the cosine above the list's last hit: each model's own scale
+            lo = float(d_s.min())
+            nd = (nd - lo) / max(1.0 - lo, 1e-9)
         f = alpha * nd + (1 - alpha) * (nb / bm25_bound if bm25_bound else np.zeros_like(nb))
     else:
         f = alpha * normalise(nd, d_s, norm) + (1 - alpha) * normalise(nb, b_s, norm)
