@@ -194,6 +194,10 @@ class RetrieveConfig(_Strict):
                                              "from one list scored exactly there; rrf: reciprocal rank fusion")
     fusion_alpha: Optional[float] = Field(None, ge=0, le=1, description="convex: weight of the dense score; unset: "
                                           "the one fitted for the embedding profile (minilm: 0.82)")
+    fusion_alpha_min: Optional[float] = Field(None, ge=0, le=1, description="convex: the dense weight when the dense "
+                                              "list's top ten are level; it rises to fusion_alpha as the first hit leads "
+                                              "(fuse.adaptive_alpha); equal to fusion_alpha: a fixed weight; unset: the "
+                                              "embedding profile's (minilm: fixed)")
     fusion_norm: Optional[Literal["minmax", "zscore", "max", "bound", "floor"]] = Field(
         None, description="convex: bound: the cosine as it is and BM25 over the question's best possible score; "
                           "floor: the cosine above the question's last dense hit, stretched to 0..1, and BM25 as "
@@ -374,6 +378,11 @@ class Config(_Strict):
     def fusion_alpha(self) -> float:
         a = self.retrieve.fusion_alpha
         return self.score_fit.fusion_alpha if a is None else a
+
+    @property
+    def fusion_alpha_min(self) -> Optional[float]:
+        a = self.retrieve.fusion_alpha_min
+        return self.score_fit.fusion_alpha_min if a is None else a
 
     @property
     def fusion_norm(self) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from transforms.query.fuse import bm25_scores_for, convex_fuse, normalise
 
@@ -115,3 +116,21 @@ def test_floor_norm_gives_a_model_with_compressed_cosines_the_same_fused_order()
     assert order(spread, "bound") != order(compressed, "bound")
     top = convex_fuse([5, 6], [0.9, 0.8], [], [], alpha=1.0, norm="floor", bm25_bound=1.0)
     assert [round(s, 6) for _, s in top] == [0.5, 0.0]  # (0.9 - 0.8) / (1 - 0.8); the floor itself is 0
+
+
+def test_the_dense_weight_follows_the_dense_lists_lead():
+    from transforms.query.fuse import LEAD_FULL, adaptive_alpha, dense_lead
+    flat = np.full(10, 0.5)
+    clear = np.array([0.9] + [0.5] * 9)  # (0.9 - 0.5) / (1 - 0.5) = 0.8 >= LEAD_FULL
+    assert dense_lead(flat) == 0.0 and dense_lead(clear) == pytest.approx(0.8)
+    assert adaptive_alpha(0.85, 0.4, flat) == pytest.approx(0.4)
+    assert adaptive_alpha(0.85, 0.4, clear) == pytest.approx(0.85)
+    half = np.array([0.5 + 0.5 * LEAD_FULL / 2] + [0.5] * 9)
+    assert adaptive_alpha(0.85, 0.4, half) == pytest.approx(0.625)
+    assert adaptive_alpha(0.82, None, flat) == 0.82  # unset: a fixed weight
+    # a flat dense list (0.51 .. 0.50) lets BM25 decide; the fixed weight keeps dense's first
+    cos = 0.5 + np.linspace(0, 0.01, 10)[::-1]
+    kw = dict(alpha=0.85, norm="bound", bm25_bound=10.0, bm25_fill=lambda cs: np.zeros(len(cs)))
+    assert convex_fuse(ids := np.arange(10), cos, [9], [0.5], **kw)[0][0] == 0
+    assert convex_fuse(ids, cos, [9], [0.5], alpha_min=0.4, **kw)[0][0] == 9
+    assert convex_fuse(ids, clear, [9], [0.5], alpha_min=0.4, **kw)[0][0] == 0  # a clear dense lead stays

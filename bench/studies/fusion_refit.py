@@ -17,6 +17,8 @@ QAEngine.fuse):
                       dense hit (no labels: the model's own cosine scale, per query)
   *-cover-lo-hi       query-adaptive: a = hi - (hi-lo)*c, c = BM25's best hit over ub (how much
                       of the query the best lexical match covers; no labels)
+  *-margin-lo-hi      query-adaptive: a = lo + (hi-lo)*min(1, m/0.2), m = dense's lead of its 1st hit
+                      over its 10th, on the floor scale (how sure the dense side is; no labels)
 A fit picks, on tune only, the variant whose worst set (nDCG@10 minus the best single
 retriever's) is best; its test figures are the ones to report.
 """
@@ -31,7 +33,7 @@ import numpy as np
 
 from bench.studies.devsets import DATA_ROOT, DEV_SETS, append_rows, squad_samples
 from transforms.evaluation import metrics as M
-from transforms.query.fuse import _scores_on, _valid
+from transforms.query.fuse import _valid, convex_fuse
 
 ALPHAS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.82, 0.85, 0.9, 0.95)
 COVER_LO = (0.3, 0.4, 0.5, 0.6, 0.7)
@@ -50,23 +52,23 @@ def splits(name: str, ds) -> dict[str, list[str]]:
 
 
 def fused(first, how: str, a, nd: int, nb: int) -> list[int]:
+    """One query's fused chunk order: through fuse.convex_fuse (the engine's) for fixed and
+    margin weights; the cover weight is computed here."""
     from bench.studies.segview import as_arrays, exact_fill
-    di, ds_ = _valid(*[x[:nd] for x in as_arrays(first.dense)])
-    bi, bs = _valid(*[x[:nb] for x in as_arrays(first.bm25)])
-    union = np.union1d(di, bi)
-    if not len(union):
-        return []
-    cos = _scores_on(union, di, ds_, exact_fill(first.cos_of))
-    bm = _scores_on(union, bi, bs, exact_fill(first.bm25_of))
-    ub = float(first.bm25_bound) if first.bm25_bound and first.bm25_bound > 0 else 1.0
-    if how == "floor":
-        f0 = float(ds_.min()) if len(ds_) else 0.0
-        cos = (cos - f0) / max(1.0 - f0, 1e-9)
-    if isinstance(a, tuple):  # (lo, hi): the dense weight falls from hi to lo as BM25's best hit covers the query
+    d_ids, d_s = [x[:nd] for x in as_arrays(first.dense)]
+    b_ids, b_s = [x[:nb] for x in as_arrays(first.bm25)]
+    alpha_min = None
+    if isinstance(a, tuple) and a[0] == "margin":  # the dense weight rises from lo to hi with dense's lead
+        alpha_min, a = a[1], a[2]
+    elif isinstance(a, tuple):  # (lo, hi): the dense weight falls from hi to lo as BM25's best hit covers the query
+        _, bs = _valid(b_ids, b_s)
+        ub = float(first.bm25_bound) if first.bm25_bound and first.bm25_bound > 0 else 1.0
         cover = float(bs.max()) / ub if len(bs) else 0.0
         a = a[1] - (a[1] - a[0]) * min(max(cover, 0.0), 1.0)
-    f = a * cos + (1 - a) * bm / ub
-    return [int(union[i]) for i in np.lexsort((union, -np.round(f, 12)))]
+    out = convex_fuse(d_ids, d_s, b_ids, b_s, alpha=a, norm=how, alpha_min=alpha_min,
+                      dense_fill=exact_fill(first.cos_of), bm25_fill=exact_fill(first.bm25_of),
+                      bm25_bound=first.bm25_bound if first.bm25_bound and first.bm25_bound > 0 else 1.0)
+    return [c for c, _ in out]
 
 
 def score_set(name: str, args, cfg) -> list[dict]:
@@ -103,6 +105,8 @@ def score_set(name: str, args, cfg) -> list[dict]:
                     for hi in COVER_HI:
                         record(f"{how}-cover-{lo}-{hi}",
                                [fused(r, how, (lo, hi), rc.dense_top_n, rc.bm25_top_n) for r in first])
+                        record(f"{how}-margin-{lo}-{hi}",
+                               [fused(r, how, ("margin", lo, hi), rc.dense_top_n, rc.bm25_top_n) for r in first])
     finally:
         ev.close()
     return rows

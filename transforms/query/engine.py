@@ -154,7 +154,7 @@ class AnswerSide:
             nd, nb = rc.dense_top_n, rc.bm25_top_n
             cos_of, bm_of = g.cos_of, g.bm25_of
             return convex_fuse(d_ids[:nd], d_s[:nd], b_ids[:nb], b_s[:nb], alpha=self.cfg.fusion_alpha,
-                               norm=self.cfg.fusion_norm, top_n=top_n,
+                               norm=self.cfg.fusion_norm, alpha_min=self.cfg.fusion_alpha_min, top_n=top_n,
                                dense_fill=lambda cs: np.array([cos_of[int(c)] for c in cs]),
                                bm25_fill=lambda cs: np.array([bm_of[int(c)] for c in cs]),
                                bm25_bound=g.bm25_bound)

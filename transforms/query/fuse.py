@@ -80,11 +80,33 @@ def normalise(scores: np.ndarray, ref: np.ndarray, how: str = "minmax") -> np.nd
     raise ValueError(f"unknown normalisation {how!r} ({' | '.join(NORMS)})")
 
 
+# Query-adaptive weight: the dense side gets its full alpha when its first hit leads its tenth by
+# LEAD_FULL of the way to a perfect cosine, alpha_min when its top ten are level (a flat dense list
+# is a guess, and BM25 should have more say). One value tried, not tuned.
+LEAD_FULL = 0.2
+
+
+def dense_lead(dense_scores: np.ndarray) -> float:
+    """How far the dense list's first hit leads its tenth (or last), on the floor scale: 0..1."""
+    d = np.sort(np.asarray(dense_scores, np.float64))[::-1]
+    if len(d) < 2:
+        return 1.0
+    ref = d[min(9, len(d) - 1)]
+    return float(np.clip((d[0] - ref) / max(1.0 - ref, 1e-9), 0.0, 1.0))
+
+
+def adaptive_alpha(alpha: float, alpha_min: Optional[float], dense_scores: np.ndarray) -> float:
+    """alpha_min + (alpha - alpha_min) * min(1, dense_lead / LEAD_FULL); alpha_min None: alpha."""
+    if alpha_min is None:
+        return alpha
+    return alpha_min + (alpha - alpha_min) * min(1.0, dense_lead(dense_scores) / LEAD_FULL)
+
+
 def convex_fuse(dense_ids, dense_scores, bm25_ids, bm25_scores, alpha: float = 0.5,
                 norm: str = "minmax", top_n: Optional[int] = None,
                 dense_fill: Optional[Callable[[np.ndarray], np.ndarray]] = None,
                 bm25_fill: Optional[Callable[[np.ndarray], np.ndarray]] = None,
-                bm25_bound: Optional[float] = None) -> list[tuple[int, float]]:
+                bm25_bound: Optional[float] = None, alpha_min: Optional[float] = None) -> list[tuple[int, float]]:
     """One query: [(chunk_no, fused score)], best first; ties by chunk_no.
 
     ids/scores: each retriever's ranked list (-1 slots ignored). fill(ids) -> exact raw
@@ -92,7 +114,8 @@ def convex_fuse(dense_ids, dense_scores, bm25_ids, bm25_scores, alpha: float = 0
     it is and BM25 divided by `bm25_bound` (BM25Index.bound: the query's best possible score),
     so neither side is stretched to 0..1 when its best match is weak. "floor": BM25 as bound,
     the cosine as (cos - f) / (1 - f), f the dense list's lowest score: a model whose cosines all
-    sit high (e5) gets the same say as one whose cosines spread (MiniLM)."""
+    sit high (e5) gets the same say as one whose cosines spread (MiniLM). alpha_min: the weight
+    follows the dense list's lead (adaptive_alpha), from alpha_min (flat) up to alpha."""
     d_ids, d_s = _valid(dense_ids, dense_scores)
     b_ids, b_s = _valid(bm25_ids, bm25_scores)
     union = np.union1d(d_ids, b_ids)
@@ -100,6 +123,7 @@ def convex_fuse(dense_ids, dense_scores, bm25_ids, bm25_scores, alpha: float = 0
         return []
     nd = _scores_on(union, d_ids, d_s, dense_fill)
     nb = _scores_on(union, b_ids, b_s, bm25_fill)
+    alpha = adaptive_alpha(alpha, alpha_min, d_s)
     if norm in ("bound", "floor"):
         if norm == "floor" and len(d_s):  # the cosine above the list's last hit: each model's own scale
             lo = float(d_s.min())
