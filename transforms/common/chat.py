@@ -147,10 +147,12 @@ class BedrockClient:
         return "".join(b.get("text", "") for b in blocks)
 
 
-def llm_client(llm, max_tokens: int) -> OpenAICompatibleClient:
-    """The `llm:` config section's server, for one feature's replies of at most max_tokens."""
+def llm_client(llm, max_tokens: int, section: str = "llm",
+               needed_by: str = "the LLM features") -> OpenAICompatibleClient:
+    """The server of a config section with the endpoint keys (`llm:`, or `answer:` for the
+    generator), for replies of at most max_tokens."""
     if not llm.base_url or not llm.model:
-        raise ValueError("llm.base_url and llm.model are required by the LLM features")
+        raise ValueError(f"{section}.base_url and {section}.model are required {needed_by}")
     return OpenAICompatibleClient(llm.base_url, llm.model, api_key=llm.api_key, timeout=llm.timeout_s,
                                   max_tokens=max_tokens, retries=llm.retries, backoff_s=llm.backoff_s,
-                                  budget_s=llm.budget_s, budget_key="llm.budget_s")
+                                  budget_s=llm.budget_s, budget_key=f"{section}.budget_s")

@@ -427,14 +427,11 @@ class Rankings:
 
 
 def _chat_client(a):
-    from transforms.query.answer import BedrockClient, OpenAICompatibleClient
+    from transforms.common.chat import llm_client
+    from transforms.query.answer import BedrockClient
 
     if a.kind == "openai":
-        if not a.base_url or not a.model:
-            raise ValueError("answer.base_url and answer.model are required for answer.kind: openai")
-        return OpenAICompatibleClient(a.base_url, a.model, api_key=a.api_key, timeout=a.timeout_s,
-                                      max_tokens=a.max_tokens, retries=a.retries, backoff_s=a.backoff_s,
-                                      budget_s=a.budget_s)
+        return llm_client(a, a.max_tokens, "answer", "for answer.kind: openai")
     if not a.model:
         raise ValueError("answer.model (a Bedrock model id) is required for answer.kind: bedrock")
     return BedrockClient(a.model, region=a.region, timeout=a.timeout_s, max_tokens=a.max_tokens,
