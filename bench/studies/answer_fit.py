@@ -16,6 +16,9 @@ every answer target of issue 11 (<= 40 words, citation precision >= 0.80, not fo
 of answerable and >= 90% of unanswerable questions) with one standard error to spare for a
 500-question sample, so that the eval sample's figures are not a coin toss around a target.
 
+--evidence-only refits only the evidence model and its threshold, for another embedding profile
+(RAGBEAM__EMBED__PROFILE=<p>, its squad index), the configured selection kept.
+
 Tried, not kept: a listwise linear model (softmax over a question's sentences) over 14
 sentence features, against the hand-weighted score, by how often the top sentence holds a
 gold span; small-to-big (the top chunk's neighbours in the context). Writes
@@ -273,6 +276,9 @@ def main(argv=None) -> None:
     ap.add_argument("--dataset", default=str(DATA_ROOT / "squad-dev-half"))
     ap.add_argument("--out", default="out/answer_fit")
     ap.add_argument("--results", default=str(ROOT / "bench/results/answer_fit.json"))
+    ap.add_argument("--evidence-only", action="store_true",
+                    help="refit the evidence model and its threshold for another embedding profile, the "
+                         "configured selection kept (no selection grid, no small-to-big or listwise runs)")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     cfg = load_config(None)
@@ -321,13 +327,18 @@ def main(argv=None) -> None:
     # selection and threshold together: answer once per setting with every question answered,
     # then apply each threshold to the recorded evidence
     grid = {}
-    for gap, bonus, most in itertools.product(GAPS, BONUSES, MAX_SENTENCES):
+    settings = itertools.product(GAPS, BONUSES, MAX_SENTENCES)
+    thresholds = THRESHOLDS
+    if args.evidence_only:
+        settings = [(base.gap, base.same_source_bonus, base.max_sentences)]
+        thresholds = tuple(round(0.05 + 0.01 * i, 2) for i in range(91))  # 0.05 .. 0.95
+    for gap, bonus, most in settings:
         b = SentenceAnswerer(None, sentences, SentenceParams(**{
             **base.__dict__, "evidence_model": model, "threshold": -1.0, "gap": gap,
             "same_source_bonus": bonus, "max_sentences": most}))
         b.idf, b.idf_max = a.idf, a.idf_max
         rows = {k: answer_rows(b, qs) for k, qs in sets.items()}
-        for t in THRESHOLDS:
+        for t in thresholds:
             grid[f"gap={gap},same_source_bonus={bonus},max_sentences={most},threshold={t}"] = {
                 k: at_threshold(r, t) for k, r in rows.items()}
     need = targets_with_margin(len(sets["eval"]), [r["tune"]["words_sd"] for r in grid.values()])
@@ -338,6 +349,20 @@ def main(argv=None) -> None:
     out["selection_choice_figures"] = grid.get(choice)
     print("chosen on tune:", choice, json.dumps(grid.get(choice)), flush=True)
     report("configured", base)
+    if args.evidence_only:
+        if not choice:  # no threshold meets every target on tune: the best balanced accuracy there
+            choice = max(grid, key=lambda k: (grid[k]["tune"]["nf_unans"] + 1 - grid[k]["tune"]["nf_ans"]) / 2)
+            out["selection_choice"] = {"balanced_accuracy_on_tune (no threshold meets every target)": choice}
+            out["selection_choice_figures"] = grid[choice]
+            print("no threshold meets every target on tune; best balanced accuracy:", choice,
+                  json.dumps(grid[choice]), flush=True)
+        t = float(choice.rsplit("threshold=", 1)[1])
+        report("refit", SentenceParams(**{**base.__dict__, "evidence_model": model, "threshold": t}))
+        Path(args.results).write_text(json.dumps(out, indent=1, default=float) + "\n")
+        Path(args.results).with_name(Path(args.results).stem + "_grid.jsonl").write_text(
+            "".join(json.dumps({"setting": k, **v}) + "\n" for k, v in grid.items()))
+        ev.close()
+        return
     # small-to-big (tried): the neighbouring chunks (same document, ordinal +-1) of the top
     # chunk join the answerer's context, right after it
     rows = chunk_ordinals(e)

