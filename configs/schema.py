@@ -240,8 +240,8 @@ class AnswerConfig(_Strict):
                        "the best")
     conflict_gap: float = Field(0.15, ge=0, le=2, description="sentences scoring within this of the best are read "
                                 "for competing numbers and dates (the answer's conflicts); 0 turns the check off")
-    lexical_weight: float = Field(0.7, ge=0, le=2, description="weight of the share of the question's words a "
-                                  "sentence holds")
+    lexical_weight: Optional[float] = Field(None, ge=0, le=2, description="weight of the share of the question's "
+                                            "words a sentence holds; unset: the embedding profile's (minilm: 0.7)")
     lexical_idf: bool = Field(True, description="weigh the question's words by inverse document frequency")
     type_weight: float = Field(0.1, ge=0, le=2, description="bonus when the sentence holds the kind of span asked "
                                "for (year, number, percent, name)")
@@ -387,6 +387,11 @@ class Config(_Strict):
     @property
     def fusion_norm(self) -> str:
         return self.retrieve.fusion_norm or self.score_fit.fusion_norm
+
+    @property
+    def lexical_weight(self) -> float:
+        w = self.answer.lexical_weight
+        return self.score_fit.lexical_weight if w is None else w
 
     @property
     def evidence_model(self) -> Optional[tuple]:

@@ -17,7 +17,8 @@ of answerable and >= 90% of unanswerable questions) with one standard error to s
 500-question sample, so that the eval sample's figures are not a coin toss around a target.
 
 --evidence-only refits only the evidence model and its threshold, for another embedding profile
-(RAGBEAM__EMBED__PROFILE=<p>, its squad index), the configured selection kept.
+(RAGBEAM__EMBED__PROFILE=<p>, its squad index), the configured selection kept; with --lexical
+W1,W2,... it first picks the selection's lexical_weight on tune (most gold spans, nothing refused).
 
 Tried, not kept: a listwise linear model (softmax over a question's sentences) over 14
 sentence features, against the hand-weighted score, by how often the top sentence holds a
@@ -279,6 +280,8 @@ def main(argv=None) -> None:
     ap.add_argument("--evidence-only", action="store_true",
                     help="refit the evidence model and its threshold for another embedding profile, the "
                          "configured selection kept (no selection grid, no small-to-big or listwise runs)")
+    ap.add_argument("--lexical", default="", help="with --evidence-only: answer.lexical_weight values to try "
+                    "first (most gold spans on tune, nothing refused); the threshold is then picked with the best")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     cfg = load_config(None)
@@ -315,6 +318,18 @@ def main(argv=None) -> None:
         print(label, json.dumps(row), flush=True)
 
     base = a.p
+    if args.evidence_only and args.lexical:  # the selection's word weight, on tune: nothing refused
+        tried = {}
+        for w in (float(x) for x in args.lexical.split(",")):
+            b = SentenceAnswerer(None, sentences, SentenceParams(**{**base.__dict__, "threshold": -1.0,
+                                                                    "lexical_weight": w}))
+            b.idf, b.idf_max = a.idf, a.idf_max
+            tried[w] = round(float(np.mean([r["gold"] for r in answer_rows(b, sets["tune"])])), 4)
+            print(f"lexical_weight {w}: gold on tune {tried[w]}", flush=True)
+        best_w = max(tried, key=tried.get)
+        out["lexical_weight_gold_on_tune"] = {str(k): v for k, v in tried.items()}
+        out["lexical_weight"] = best_w
+        base = SentenceParams(**{**base.__dict__, "lexical_weight": best_w})
     # the sentence evidence alone, at its own tuned threshold
     report("sentence_evidence", SentenceParams(**{**base.__dict__, "evidence_model": None, "threshold": 0.58}))
     xe, ye = evidence_rows(SentenceAnswerer(None, sentences, SentenceParams(**{**base.__dict__, "evidence_model": None})), sets["tune"])
@@ -348,7 +363,7 @@ def main(argv=None) -> None:
     out["selection_choice"] = choice
     out["selection_choice_figures"] = grid.get(choice)
     print("chosen on tune:", choice, json.dumps(grid.get(choice)), flush=True)
-    report("configured", base)
+    report("configured", a.p)
     if args.evidence_only:
         if not choice:  # no threshold meets every target on tune: the best balanced accuracy there
             choice = max(grid, key=lambda k: (grid[k]["tune"]["nf_unans"] + 1 - grid[k]["tune"]["nf_ans"]) / 2)

@@ -65,6 +65,9 @@ class ScoreFit:
     # (w_sentence, w_cosine, w_bm25_coverage, bias): transforms/query/extract.py evidence_model
     evidence_model: tuple = (6.447, 9.113, 7.912, -11.48)
     evidence_threshold: float = 0.34  # answer.threshold with answer.evidence: model
+    # answer.lexical_weight: the word share's weight beside the sentence cosine in selection
+    # (bench/studies/answer_fit.py --lexical, SQuAD tune questions)
+    lexical_weight: float = 0.7
 
 
 @dataclass(frozen=True)

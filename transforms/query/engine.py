@@ -100,7 +100,7 @@ class AnswerSide:
             self.answerer = SentenceAnswerer(self.embedder, self.segments.sentences, SentenceParams(
                 max_sentences=a.max_sentences, top_chunks=a.top_chunks, threshold=cfg.evidence_threshold, gap=a.gap,
                 conflict_gap=a.conflict_gap,
-                lexical_weight=a.lexical_weight, rank_weight=a.rank_weight, mmr_lambda=a.mmr_lambda,
+                lexical_weight=cfg.lexical_weight, rank_weight=a.rank_weight, mmr_lambda=a.mmr_lambda,
                 dup_sim=a.dup_sim, type_weight=a.type_weight, same_source_bonus=a.same_source_bonus,
                 form_filter=a.form_filter, restate_overlap=a.restate_overlap,
                 call_lexical=a.call_lexical, call_chunks=a.call_chunks,
