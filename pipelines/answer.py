@@ -179,6 +179,11 @@ def run_fingerprint(cfg: Config, version_dir: str, qfile) -> dict:
         settings["answer"].pop(where, None)  # how and where the backend is reached, not what answers
     if cfg.rewrite.kind != "none":
         settings["rewrite"]["llm_model"] = cfg.llm.model  # which model rewrote the questions
+    # the values in force: what the config leaves unset is the profile's fit, which a release may refit
+    settings["retrieve"].update(fusion_alpha=cfg.fusion_alpha, fusion_alpha_min=cfg.fusion_alpha_min,
+                                fusion_norm=cfg.fusion_norm)
+    settings["answer"].update(threshold=cfg.evidence_threshold, lexical_weight=cfg.lexical_weight,
+                              evidence_model=cfg.evidence_model)
     return {**qfile.version(), "index_version": version_dir.rstrip("/").rsplit("/", 1)[-1],
             "settings": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]}
 

@@ -74,3 +74,20 @@ def test_an_answer_run_sniffs_and_stats_the_question_file_once(mini_index, test_
                    log=lambda *_: None)
     assert s["questions_written"] == 3
     assert calls == {"stat": 1, "sniff": 1}
+
+
+def test_the_resume_fingerprint_holds_the_profiles_fit(tmp_path):
+    # a shard answered under one profile's fusion and evidence fit is never reused under another's
+    from configs.schema import load_config
+    from pipelines.answer import run_fingerprint
+    from transforms.query.question_file import inspect_question_file
+    qf = tmp_path / "q.jsonl"
+    qf.write_text('{"id": "1", "question": "why?"}\n')
+    q = inspect_question_file(str(qf))
+    cfgs = [tmp_path / "a.yaml", tmp_path / "b.yaml", tmp_path / "c.yaml"]
+    cfgs[0].write_text("")
+    cfgs[1].write_text("retrieve: {fusion_alpha: 0.82, fusion_norm: bound}\nanswer: {threshold: 0.34}\n")
+    cfgs[2].write_text("answer: {threshold: 0.35}\n")
+    a, b, c = (run_fingerprint(load_config(str(p), environ={}), "/idx/versions/v1", q) for p in cfgs)
+    assert a == b  # the same values, set or left to the profile
+    assert a != c
