@@ -374,24 +374,24 @@ class Config(_Strict):
         from transforms.ingest.profiles import named_profile
         return named_profile(self.embed.profile).fit
 
+    def _or_fit(self, value, name: str):
+        return getattr(self.score_fit, name) if value is None else value
+
     @property
     def fusion_alpha(self) -> float:
-        a = self.retrieve.fusion_alpha
-        return self.score_fit.fusion_alpha if a is None else a
+        return self._or_fit(self.retrieve.fusion_alpha, "fusion_alpha")
 
     @property
     def fusion_alpha_min(self) -> Optional[float]:
-        a = self.retrieve.fusion_alpha_min
-        return self.score_fit.fusion_alpha_min if a is None else a
+        return self._or_fit(self.retrieve.fusion_alpha_min, "fusion_alpha_min")
 
     @property
     def fusion_norm(self) -> str:
-        return self.retrieve.fusion_norm or self.score_fit.fusion_norm
+        return self._or_fit(self.retrieve.fusion_norm, "fusion_norm")
 
     @property
     def lexical_weight(self) -> float:
-        w = self.answer.lexical_weight
-        return self.score_fit.lexical_weight if w is None else w
+        return self._or_fit(self.answer.lexical_weight, "lexical_weight")
 
     @property
     def evidence_model(self) -> Optional[tuple]:
