@@ -67,10 +67,10 @@ def count_encodes(embedder) -> dict:
     seen = {"texts": 0, "chars": 0}
     encode = embedder.encode
 
-    def counting(texts, batch_size: int = 32):
+    def counting(texts, batch_size: int = 32, **kw):  # kw: role (query | passage), as Embedder.encode
         seen["texts"] += len(texts)
         seen["chars"] += sum(len(t) for t in texts)
-        return encode(texts, batch_size)
+        return encode(texts, batch_size, **kw)
 
     embedder.encode = counting
     return seen

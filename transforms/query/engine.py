@@ -120,6 +120,7 @@ class AnswerSide:
         if self._query_encoder is None:
             from transforms.query.rewrite import query_encoder
             self._query_encoder = query_encoder(self.embedder, self.cfg)
+        self._query_encoder.embedder = self.embedder  # follows a swapped embedder (bench: precomputed vectors)
         return self._query_encoder.encode(texts)
 
     # --- the stages -------------------------------------------------------------------
