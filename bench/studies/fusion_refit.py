@@ -67,7 +67,7 @@ def fused(first, how: str, a, nd: int, nb: int) -> list[int]:
         a = a[1] - (a[1] - a[0]) * min(max(cover, 0.0), 1.0)
     out = convex_fuse(d_ids, d_s, b_ids, b_s, alpha=a, norm=how, alpha_min=alpha_min,
                       dense_fill=exact_fill(first.cos_of), bm25_fill=exact_fill(first.bm25_of),
-                      bm25_bound=first.bm25_bound if first.bm25_bound and first.bm25_bound > 0 else 1.0)
+                      bm25_bound=first.bm25_bound)
     return [c for c, _ in out]
 
 

@@ -96,6 +96,8 @@ class AnswerSide:
         # candidates that get fixed-scale scores (absolute_scores): every chunk the answerer
         # may see, i.e. its top_chunks, or the reranker's whole head when a reranker reorders it
         self.scored_head = a.top_chunks if r.kind == "none" else max(a.top_chunks, r.top_n)
+        # convex fusion's settings in force (set, or the embedding profile's fit), read once
+        self.convex_settings = dict(alpha=cfg.fusion_alpha, norm=cfg.fusion_norm, alpha_min=cfg.fusion_alpha_min)
         if a.kind == "extractive":
             self.answerer = SentenceAnswerer(self.embedder, self.segments.sentences, SentenceParams(
                 max_sentences=a.max_sentences, top_chunks=a.top_chunks, threshold=cfg.evidence_threshold, gap=a.gap,
@@ -154,8 +156,7 @@ class AnswerSide:
         if rc.fusion == "convex":
             nd, nb = rc.dense_top_n, rc.bm25_top_n
             cos_of, bm_of = g.cos_of, g.bm25_of
-            return convex_fuse(d_ids[:nd], d_s[:nd], b_ids[:nb], b_s[:nb], alpha=self.cfg.fusion_alpha,
-                               norm=self.cfg.fusion_norm, alpha_min=self.cfg.fusion_alpha_min, top_n=top_n,
+            return convex_fuse(d_ids[:nd], d_s[:nd], b_ids[:nb], b_s[:nb], top_n=top_n, **self.convex_settings,
                                dense_fill=lambda cs: np.array([cos_of[int(c)] for c in cs]),
                                bm25_fill=lambda cs: np.array([bm_of[int(c)] for c in cs]),
                                bm25_bound=g.bm25_bound)

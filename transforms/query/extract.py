@@ -160,26 +160,29 @@ def is_term(s: str) -> bool:
     return bool(_SIGNATURE.match(first) or _OPTION_TERM.match(first) or _SYNOPSIS.search(first))
 
 
+def _own_heading(c: Candidate) -> str:
+    """The last heading of a chunk's heading path (its own section), or ""."""
+    path = list(c.heading_path) if c.heading_path is not None else []
+    return str(path[-1]).strip() if path else ""
+
+
 def heading_term(c: Candidate) -> Optional[str]:
     """The call a chunk documents when its own heading is a bare signature (Markdown API docs:
     "### `setInterval(callback[, delay[, ...args]])`", then the description), else None."""
-    path = list(c.heading_path) if c.heading_path is not None else []
-    h = str(path[-1]).strip().strip("`").strip() if path else ""
+    h = _own_heading(c).strip("`").strip()
     return h if h and _SIGNATURE.match(h) else None
 
 
 def is_name_line(c: Candidate) -> bool:
     """A man page's NAME section ("git-add - Add file contents to the index"): the page's
     definition, whose term is its SYNOPSIS."""
-    path = list(c.heading_path) if c.heading_path is not None else []
-    return bool(path) and str(path[-1]).strip().upper() == "NAME"
+    return _own_heading(c).upper() == "NAME"
 
 
 def synopsis_of(c: Candidate, cands: list[Candidate]) -> Optional[tuple[int, str]]:
     """(candidate index, first sentence) of the SYNOPSIS chunk of c's document, when retrieved."""
     for ci, o in enumerate(cands):
-        path = list(o.heading_path) if o.heading_path is not None else []
-        if o.doc_id == c.doc_id and path and str(path[-1]).strip().upper() == "SYNOPSIS":
+        if o.doc_id == c.doc_id and _own_heading(o).upper() == "SYNOPSIS":
             ss = candidate_sentences(o)
             if ss:  # past an AsciiDoc block attribute line ("[verse]"): the synopsis itself
                 m = _BLOCK_ATTR.match(ss[0])
@@ -218,8 +221,6 @@ def restates(a: set[str], b: set[str], overlap: float) -> bool:
     """b says what a says: the shorter one's content words are (nearly) all in the other."""
     n = min(len(a), len(b))
     return n > 0 and len(a & b) / n >= overlap
-
-
 
 
 @dataclass
