@@ -507,3 +507,27 @@ def test_a_call_answer_leads_with_its_signature_heading_or_the_man_pages_synopsi
     alone, = SentenceAnswerer(embedder, None, SentenceParams(**params)).answer(
         [q], [[name, _replace(synopsis, doc_id="git-commit")]])  # another page's synopsis is no term
     assert alone.answer.startswith("git-add - Add file contents"), alone.answer
+
+
+def test_a_value_question_looked_up_in_a_table_is_answered_by_its_row_under_its_header(embedder):
+    from transforms.query.extract import SentenceAnswerer, SentenceParams
+    params = dict(max_sentences=2, top_chunks=2, threshold=0.0, form_filter=True)
+    # ascii(7): the table is printed twice side by side; the row of "A" starts with SOH's half
+    table = cand(1, "The following table contains the 128 ASCII characters.\n\n"
+                    "Oct | Dec | Hex | Char | Oct | Dec | Hex | Char\n"
+                    "000 | 0 | 00 | NUL '\\0' (null character) | 100 | 64 | 40 | @\n"
+                    "001 | 1 | 01 | SOH (start of heading) | 101 | 65 | 41 | A", "ascii(7) › DESCRIPTION", "ascii", 1)
+    name = cand(2, "ascii - ASCII character set encoded in octal, decimal, and hexadecimal", "ascii(7) › NAME", "ascii", 2)
+    answerer = SentenceAnswerer(embedder, None, SentenceParams(**params))
+    rec, = answerer.answer(["What is the octal code of the ASCII character A?"], [[table, name]])
+    # the row's half that holds the key ("A"), under the header's half: both quoted, checked
+    assert rec.answer.startswith("Oct | Dec | Hex | Char: 101 | 65 | 41 | A [1]"), rec.answer
+    assert rec.n_invalid_citations == 0 and rec.citations[0]["quotes"][:2] == ["Oct | Dec | Hex | Char", "101 | 65 | 41 | A"]
+    rec, = answerer.answer(["What is the hex code of SOH?"], [[table, name]])
+    assert rec.answer.startswith("Oct | Dec | Hex | Char: 001 | 1 | 01 | SOH (start of heading) [1]"), rec.answer
+    # no lookup: no column named, the article "a" is no key, a call question, the rule off
+    for q, p in [("Which letter follows A in the alphabet?", params), ("What is a character set?", params),
+                 ("How do I print the octal code of A?", params),
+                 ("What is the octal code of the ASCII character A?", {**params, "form_filter": False})]:
+        rec, = SentenceAnswerer(embedder, None, SentenceParams(**p)).answer([q], [[table, name]])
+        assert "Char: " not in rec.answer, (q, rec.answer)  # the whole table may be picked, no lookup

@@ -53,6 +53,19 @@ def test_no_text_is_lost_without_overlap():
     assert joined == text.split()
 
 
+def test_a_long_tables_rows_stay_lines_with_the_tokens_unchanged():
+    # a man page's 128-row table is one paragraph of lines, over the budget: it is cut at its
+    # lines, and each chunk keeps one row per line (an answer quotes a row); what the model and
+    # BM25 see is the same as with the rows joined by spaces
+    rows = ["Oct | Dec | Hex | Char"] + [f"{i:03o} | {i} | {i:02X} | c{i}" for i in range(128)]
+    chunks = chunk_document(doc([Section(["DESCRIPTION"], "\n".join(rows))]), TOK, ChunkSettings(overlap_tokens=0))
+    assert len(chunks) > 2
+    lines = [line for c in chunks for line in c.text.split("\n")]
+    assert lines == rows
+    for c in chunks:
+        assert TOK.encode(c.text).ids == TOK.encode(" ".join(c.text.split())).ids
+
+
 def test_overlap_carries_the_tail_of_the_previous_chunk():
     text = " ".join(f"Fact number {i} is stated here." for i in range(300))
     chunks = chunk_document(doc([Section([], text)]), TOK, ChunkSettings(overlap_tokens=32))

@@ -20,7 +20,7 @@ from transforms.common.stage import Outputs, StageFn
 from transforms.model.tokens import SPECIAL_TOKENS, count_tokens, load_tokenizer
 from transforms.records import Chunk, Document, document_row, stable_id
 
-CHUNKER_VERSION = "1"
+CHUNKER_VERSION = "2"  # 2: the lines of a paragraph cut at its lines stay lines (table rows)
 
 
 @dataclass(frozen=True)
@@ -70,17 +70,20 @@ def _units(tokenizer: Tokenizer, text: str, budget: int) -> list[_Unit]:
         if n <= budget:
             units.append(_Unit(para, n, "\n\n"))
             continue
-        sentences = split_sentences(para) if "\n" not in para.strip() else [
-            s for line in para.split("\n") for s in split_sentences(line)]
-        joiner = "\n\n"
-        for sent, m in zip(sentences, count_tokens(tokenizer, sentences)):
+        # a paragraph of lines (a table, a listing) is cut at its lines, which stay lines in
+        # the chunk: an answer can then quote one table row; the tokens are the same either way
+        lines = [line for line in para.split("\n") if line.strip()] if "\n" in para.strip() else [para]
+        pieces = [(s, "\n" if li and not si else " ") for li, line in enumerate(lines)
+                  for si, s in enumerate(split_sentences(line))]
+        counts = count_tokens(tokenizer, [s for s, _ in pieces])
+        for pi, ((sent, joiner), m) in enumerate(zip(pieces, counts)):
+            joiner = "\n\n" if pi == 0 else joiner
             if m <= budget:
                 units.append(_Unit(sent, m, joiner))
             else:
                 for piece in _hard_split(tokenizer, sent, budget):
                     units.append(_Unit(piece, count_tokens(tokenizer, [piece])[0], joiner))
                     joiner = " "
-            joiner = " "
     return units
 
 

@@ -159,13 +159,16 @@ def check_citations(answer: str, sources: list[Candidate],
 
 def cite_sentences(picked, cands) -> "CitationCheck":
     """Quoted sentences [(candidate index, sentence)] -> the answer text, each sentence followed
-    by the [n] of its own source (sources numbered in order of first use), checked in code."""
+    by the [n] of its own source (sources numbered in order of first use), checked in code.
+    A sentence may be a tuple of pieces quoted from one source (a table's header and one of its
+    rows): written joined by ": ", each piece checked as a quote."""
     number: dict[int, int] = {}
     parts, quotes = [], {}
     for ci, s in picked:
         n = number.setdefault(ci, len(number) + 1)
+        pieces = list(s) if isinstance(s, tuple) else [s]
         # Footnote markers inside the source sentence would read as our citations.
-        parts.append(f"{strip_markers(s)} [{n}]")
-        quotes.setdefault(n, []).append(s)
+        parts.append(f"{': '.join(strip_markers(x) for x in pieces)} [{n}]")
+        quotes.setdefault(n, []).extend(pieces)
     sources = [cands[ci] for ci in sorted(number, key=number.get)]
     return check_citations(" ".join(parts), sources, quotes)
