@@ -19,6 +19,9 @@ of answerable and >= 90% of unanswerable questions) with one standard error to s
 --evidence-only refits only the evidence model and its threshold, for another embedding profile
 (RAGBEAM__EMBED__PROFILE=<p>, its squad index), the configured selection kept; with --lexical
 W1,W2,... it first picks the selection's lexical_weight on tune (most gold spans, nothing refused).
+--joint W1,W2,... refits the evidence model and then the whole selection at once: lexical weight
+x gap (0.08, 0.12, 0.16) x same-chunk bonus (0.1, 0.2) x sentences x threshold, picked on tune
+as above (results bench/results/answer_fit-joint-<profile>.json).
 
 Tried, not kept: a listwise linear model (softmax over a question's sentences) over 14
 sentence features, against the hand-weighted score, by how often the top sentence holds a
@@ -217,6 +220,8 @@ def selection_experiment(a, sets, l2=1e-2) -> dict:
 GAPS = (0.06, 0.08, 0.10, 0.12, 0.14, 0.16, 0.20)
 BONUSES = (0.05, 0.1, 0.15, 0.2)
 MAX_SENTENCES = (2, 3)
+JOINT_GAPS = (0.08, 0.12, 0.16)
+JOINT_BONUSES = (0.1, 0.2)
 THRESHOLDS = tuple(round(0.30 + 0.02 * i, 2) for i in range(16))  # 0.30 .. 0.60
 
 
@@ -282,6 +287,9 @@ def main(argv=None) -> None:
                          "configured selection kept (no selection grid, no small-to-big or listwise runs)")
     ap.add_argument("--lexical", default="", help="with --evidence-only: answer.lexical_weight values to try "
                     "first (most gold spans on tune, nothing refused); the threshold is then picked with the best")
+    ap.add_argument("--joint", default="", help="answer.lexical_weight values W1,W2,...: the evidence model, then "
+                    "one grid over lexical weight x gap x same-chunk bonus x sentences x threshold (0.05 .. 0.95), "
+                    "picked on tune as the selection grid is; no small-to-big or listwise runs")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     cfg = load_config(None)
@@ -342,20 +350,32 @@ def main(argv=None) -> None:
     # selection and threshold together: answer once per setting with every question answered,
     # then apply each threshold to the recorded evidence
     grid = {}
-    settings = itertools.product(GAPS, BONUSES, MAX_SENTENCES)
+    settings = [(base.lexical_weight,) + s for s in itertools.product(GAPS, BONUSES, MAX_SENTENCES)]
     thresholds = THRESHOLDS
+    wide = tuple(round(0.05 + 0.01 * i, 2) for i in range(91))  # 0.05 .. 0.95: another model's scale
     if args.evidence_only:
-        settings = [(base.gap, base.same_source_bonus, base.max_sentences)]
-        thresholds = tuple(round(0.05 + 0.01 * i, 2) for i in range(91))  # 0.05 .. 0.95
-    for gap, bonus, most in settings:
-        b = SentenceAnswerer(None, sentences, SentenceParams(**{
-            **base.__dict__, "evidence_model": model, "threshold": -1.0, "gap": gap,
-            "same_source_bonus": bonus, "max_sentences": most}))
+        settings = [(base.lexical_weight, base.gap, base.same_source_bonus, base.max_sentences)]
+        thresholds = wide
+    elif args.joint:  # a coarser gap and bonus grid: the lexical weight multiplies it
+        settings = list(itertools.product([float(x) for x in args.joint.split(",")], JOINT_GAPS, JOINT_BONUSES,
+                                          MAX_SENTENCES))
+        thresholds = wide
+    chosen_params = {}
+    for lexical, gap, bonus, most in settings:
+        params = {**base.__dict__, "evidence_model": model, "threshold": -1.0, "gap": gap,
+                  "same_source_bonus": bonus, "max_sentences": most, "lexical_weight": lexical}
+        b = SentenceAnswerer(None, sentences, SentenceParams(**params))
         b.idf, b.idf_max = a.idf, a.idf_max
+        t0 = time.perf_counter()
         rows = {k: answer_rows(b, qs) for k, qs in sets.items()}
+        if args.joint:
+            print(f"lexical_weight={lexical} gap={gap} bonus={bonus} sentences={most}: "
+                  f"{time.perf_counter() - t0:.1f}s", flush=True)
         for t in thresholds:
-            grid[f"gap={gap},same_source_bonus={bonus},max_sentences={most},threshold={t}"] = {
-                k: at_threshold(r, t) for k, r in rows.items()}
+            label = (f"lexical_weight={lexical}," if args.joint else "") + \
+                f"gap={gap},same_source_bonus={bonus},max_sentences={most},threshold={t}"
+            grid[label] = {k: at_threshold(r, t) for k, r in rows.items()}
+            chosen_params[label] = {**params, "threshold": t}
     need = targets_with_margin(len(sets["eval"]), [r["tune"]["words_sd"] for r in grid.values()])
     ok = [(r["tune"]["gold"], label) for label, r in grid.items() if meets(r["tune"], need)]
     choice = max(ok)[1] if ok else None
@@ -364,18 +384,23 @@ def main(argv=None) -> None:
     out["selection_choice_figures"] = grid.get(choice)
     print("chosen on tune:", choice, json.dumps(grid.get(choice)), flush=True)
     report("configured", a.p)
-    if args.evidence_only:
-        if not choice:  # no threshold meets every target on tune: the best balanced accuracy there
+    if args.evidence_only or args.joint:
+        if not choice:  # nothing meets every target on tune: the best balanced accuracy there
             choice = max(grid, key=lambda k: (grid[k]["tune"]["nf_unans"] + 1 - grid[k]["tune"]["nf_ans"]) / 2)
-            out["selection_choice"] = {"balanced_accuracy_on_tune (no threshold meets every target)": choice}
+            out["selection_choice"] = {"balanced_accuracy_on_tune (no setting meets every target)": choice}
             out["selection_choice_figures"] = grid[choice]
-            print("no threshold meets every target on tune; best balanced accuracy:", choice,
+            print("nothing meets every target on tune; best balanced accuracy:", choice,
                   json.dumps(grid[choice]), flush=True)
-        t = float(choice.rsplit("threshold=", 1)[1])
-        report("refit", SentenceParams(**{**base.__dict__, "evidence_model": model, "threshold": t}))
+        if args.joint:  # the most gold spans on tune per lexical weight, at the targets
+            out["best_gold_on_tune_at_targets_by_lexical_weight"] = {
+                str(w): max([r["tune"]["gold"] for k, r in grid.items()
+                             if k.startswith(f"lexical_weight={w},") and meets(r["tune"], need)], default=None)
+                for w in sorted({x[0] for x in settings})}
+        report("refit", SentenceParams(**chosen_params[choice]))
         Path(args.results).write_text(json.dumps(out, indent=1, default=float) + "\n")
-        Path(args.results).with_name(Path(args.results).stem + "_grid.jsonl").write_text(
-            "".join(json.dumps({"setting": k, **v}) + "\n" for k, v in grid.items()))
+        # the joint grid (about 20,000 settings, several MB) stays beside the cached retrieval
+        grid_path = (Path(args.out) if args.joint else Path(args.results).parent) / (Path(args.results).stem + "_grid.jsonl")
+        grid_path.write_text("".join(json.dumps({"setting": k, **v}) + "\n" for k, v in grid.items()))
         ev.close()
         return
     # small-to-big (tried): the neighbouring chunks (same document, ordinal +-1) of the top
