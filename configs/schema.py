@@ -225,7 +225,8 @@ class AnswerConfig(_Strict):
     kind: Literal["extractive", "openai", "bedrock"] = Field(
         "extractive", description="extractive: sentences from the top chunks, one model call a question; openai: "
                                   "an OpenAI-compatible server (vLLM, llama.cpp, Ollama); bedrock: AWS Bedrock")
-    max_sentences: int = Field(3, ge=1, le=20, description="sentences in an extractive answer, at most")
+    max_sentences: Optional[int] = Field(None, ge=1, le=20, description="sentences in an extractive answer, at most; "
+                                         "unset: the embedding profile's fit (minilm: 3)")
     top_chunks: int = Field(5, ge=1, le=50, description="chunks whose sentences are scored (and sources a "
                             "generator sees)")
     evidence: Literal["model", "sentence"] = Field(
@@ -392,6 +393,10 @@ class Config(_Strict):
     @property
     def lexical_weight(self) -> float:
         return self._or_fit(self.answer.lexical_weight, "lexical_weight")
+
+    @property
+    def max_sentences(self) -> int:
+        return self._or_fit(self.answer.max_sentences, "max_sentences")
 
     @property
     def evidence_model(self) -> Optional[tuple]:

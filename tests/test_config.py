@@ -62,13 +62,14 @@ def test_unset_fusion_and_evidence_settings_are_the_embedding_profiles_fit(tmp_p
     for name in ("bge-small", "e5-small"):
         fit = PROFILES[name].fit
         c = load_config(write(tmp_path, f"embed: {{profile: {name}}}"), environ={})
-        assert (c.fusion_alpha, c.fusion_norm, c.evidence_threshold, c.evidence_model) == \
-            (fit.fusion_alpha, fit.fusion_norm, fit.evidence_threshold, fit.evidence_model)
+        assert (c.fusion_alpha, c.fusion_norm, c.evidence_threshold, c.evidence_model, c.lexical_weight,
+                c.max_sentences) == (fit.fusion_alpha, fit.fusion_norm, fit.evidence_threshold, fit.evidence_model,
+                                     fit.lexical_weight, fit.max_sentences)
         assert fit != PROFILES["minilm"].fit  # fitted on its own scores
     # a value the config sets wins over the profile's
     c = load_config(write(tmp_path, "embed: {profile: e5-small}\nretrieve: {fusion_alpha: 0.5, fusion_norm: minmax}\n"
-                                    "answer: {threshold: 0.7}"), environ={})
-    assert (c.fusion_alpha, c.fusion_norm, c.evidence_threshold) == (0.5, "minmax", 0.7)
+                                    "answer: {threshold: 0.7, max_sentences: 3}"), environ={})
+    assert (c.fusion_alpha, c.fusion_norm, c.evidence_threshold, c.max_sentences) == (0.5, "minmax", 0.7, 3)
     assert load_config(write(tmp_path, "embed: {profile: e5-small}\nanswer: {evidence: sentence}"),
                        environ={}).evidence_model is None
     with pytest.raises(ConfigError, match="answer.evidence"):
@@ -91,7 +92,7 @@ def _example_expectations():
             (c.index.keep_versions, 3), (c.retrieve.mode, "auto"), (c.retrieve.rrf_k, 60),
             (c.rerank.kind, "none"), (c.answer.kind, "extractive"), (c.answer.evidence, "model"),
             (c.answer.threshold, None), (c.evidence_threshold, 0.34),
-            (c.answer.max_sentences, 3), (c.answer.gap, 0.12), (c.answer.same_source_bonus, 0.1), (c.retrieve.fusion, "convex"),
+            (c.answer.max_sentences, None), (c.max_sentences, 3), (c.answer.gap, 0.12), (c.answer.same_source_bonus, 0.1), (c.retrieve.fusion, "convex"),
             (c.retrieve.fusion_alpha, None), (c.fusion_alpha, 0.82), (c.fusion_norm, "bound"),
             (c.output.format, "jsonl"), (c.output.retrieved_top_k, 10), (c.gate, None),
             (c.s3.endpoint_url, None), (c.s3.access_key_id, None)],

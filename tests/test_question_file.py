@@ -86,7 +86,7 @@ def test_the_resume_fingerprint_holds_the_profiles_fit(tmp_path):
     q = inspect_question_file(str(qf))
     cfgs = [tmp_path / "a.yaml", tmp_path / "b.yaml", tmp_path / "c.yaml"]
     cfgs[0].write_text("")
-    cfgs[1].write_text("retrieve: {fusion_alpha: 0.82, fusion_norm: bound}\nanswer: {threshold: 0.34}\n")
+    cfgs[1].write_text("retrieve: {fusion_alpha: 0.82, fusion_norm: bound}\nanswer: {threshold: 0.34, max_sentences: 3}\n")
     cfgs[2].write_text("answer: {threshold: 0.35}\n")
     a, b, c = (run_fingerprint(load_config(str(p), environ={}), "/idx/versions/v1", q) for p in cfgs)
     assert a == b  # the same values, set or left to the profile

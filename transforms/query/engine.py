@@ -100,7 +100,7 @@ class AnswerSide:
         self.convex_settings = dict(alpha=cfg.fusion_alpha, norm=cfg.fusion_norm, alpha_min=cfg.fusion_alpha_min)
         if a.kind == "extractive":
             self.answerer = SentenceAnswerer(self.embedder, self.segments.sentences, SentenceParams(
-                max_sentences=a.max_sentences, top_chunks=a.top_chunks, threshold=cfg.evidence_threshold, gap=a.gap,
+                max_sentences=cfg.max_sentences, top_chunks=a.top_chunks, threshold=cfg.evidence_threshold, gap=a.gap,
                 conflict_gap=a.conflict_gap,
                 lexical_weight=cfg.lexical_weight, rank_weight=a.rank_weight, mmr_lambda=a.mmr_lambda,
                 dup_sim=a.dup_sim, type_weight=a.type_weight, same_source_bonus=a.same_source_bonus,
