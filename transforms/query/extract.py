@@ -494,7 +494,7 @@ class SentenceAnswerer:
             return pairs
         for i in np.argsort(-score, kind="stable"):
             ci, s = flat[i]
-            if ci >= n or score[i] <= _SET_ASIDE or sentence_kind(s) != "table":
+            if ci >= n or score[i] <= _SET_ASIDE or " | " not in s or sentence_kind(s) != "table":
                 continue
             rows = table_rows(s)
             for row in rows[1:]:
