@@ -208,22 +208,22 @@ def question_keys(question: str) -> set[str]:
     return {t for t in _KEY.findall(question) if t not in _STOP}
 
 
-def lookup(question: str, header: list[str], row: list[str]) -> Optional[tuple[str, str]]:
+def lookup(keys: set[str], qwords: set[str], header: list[str], row: list[str]) -> Optional[tuple[str, str]]:
     """(header cells, row cells), each as written in the source, when `row` answers a value
-    question as a lookup: one of its cells is a term of the question (the key) and a column of
-    the header is named by a word of the question ("octal" -> Oct). A header that repeats its
-    columns (a table printed as two tables side by side) gives the half holding the key."""
-    if len(row) != len(header) or any(any(ch.isdigit() for ch in h) for h in header):
+    question as a lookup: one of its cells is a term of the question (`keys`, question_keys) and a
+    column of the header is named by a word of the question (`qwords`: "octal" -> Oct). A header
+    that repeats its columns (a table printed as two tables side by side) gives the half holding
+    the key."""
+    if len(row) != len(header):
         return None
-    keys = question_keys(question)
-    hit = [i for i, c in enumerate(row) if c in keys or (c.split() and c.split()[0] in keys and len(c.split()[0]) > 1)]
-    if not hit:
+    hit = next((i for i, c in enumerate(row)
+                if c in keys or ((w := c.split()) and len(w[0]) > 1 and w[0] in keys)), None)
+    if hit is None:
         return None
     n = len(header)
     period = next((p for p in range(1, n) if n % p == 0 and all(header[i] == header[i % p] for i in range(n))), n)
-    lo = hit[0] // period * period
+    lo = hit // period * period
     heads, cells = header[lo:lo + period], row[lo:lo + period]
-    qwords = content_words(question)
     if not loose_overlap(qwords, content_words(" ".join(heads))):
         return None
     return " | ".join(heads), " | ".join(cells)
@@ -492,13 +492,18 @@ class SentenceAnswerer:
         p = self.p
         if not p.form_filter or question_form(question) != "value":
             return pairs
+        keys, qwords = None, None  # read off the question once, when a table is there
         for i in np.argsort(-score, kind="stable"):
             ci, s = flat[i]
             if ci >= n or score[i] <= _SET_ASIDE or " | " not in s or sentence_kind(s) != "table":
                 continue
             rows = table_rows(s)
+            if len(rows) < 2 or any(ch.isdigit() for h in rows[0] for ch in h):  # a header has no numbers
+                continue
+            if keys is None:
+                keys, qwords = question_keys(question), content_words(question)
             for row in rows[1:]:
-                found = lookup(question, rows[0], row)
+                found = lookup(keys, qwords, rows[0], row)
                 if found:
                     rest = [(cj, t) for cj, t in pairs if (cj, t) != (ci, s)]
                     return [(ci, found)] + rest[:p.max_sentences - 1]
