@@ -66,6 +66,9 @@ def _answer(args) -> int:
           f"({summary['invalid_citations_removed']} invalid citations removed)")
     print(f"time         {summary['wall_s']:.1f} s; shards skipped as already written: "
           f"{summary['shards_skipped']}/{summary['shards']}")
+    if summary.get("rewrite_failed"):
+        print(f"rewrite      {summary['rewrite_failed']} question(s) kept their own vector: the llm's rewriting "
+              "failed (server down, timed out, or nothing usable)")
     if summary.get("shards_to_retry"):
         print(f"retry        {summary['shards_to_retry']} shard(s) hold backend errors (server down, timed out, "
               "budget spent): run the same command again to answer them again")

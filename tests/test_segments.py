@@ -142,6 +142,33 @@ def test_scatter_gather_answer_job_equals_one_process(segmented, tmp_path):
     _close(outs[1], outs[7])
 
 
+def test_failed_query_rewrites_are_counted_and_the_questions_still_answered(segmented, tmp_path):
+    """rewrite.kind hyde with the llm down (nothing listens on port 9): every question keeps its
+    own vector, is answered as without rewriting, and is counted in the run summary, in one
+    process and through scatter/gather."""
+    from pipelines.answer import run_answer
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(json.dumps({"id": i, "question": t}) + "\n" for i, t, g, f in QUESTIONS if not g))
+    n = sum(1 for q in QUESTIONS if not q[2])
+    for k in (1, 7):
+        d, cfg = segmented[k]
+        plain = run_answer(cfg, str(d), str(qfile), str(tmp_path / f"plain{k}.jsonl"), progress=False,
+                           log=lambda *_: None)
+        down = cfg.model_copy(update={
+            "llm": cfg.llm.model_copy(update={"base_url": "http://127.0.0.1:9/v1", "model": "none",
+                                              "retries": 0, "timeout_s": 5}),
+            "rewrite": cfg.rewrite.model_copy(update={"kind": "hyde"})})
+        summary = run_answer(down, str(d), str(qfile), str(tmp_path / f"down{k}.jsonl"), progress=False,
+                             log=lambda *_: None)
+        assert summary["rewrite_failed"] == n and "rewrite_failed" not in plain, (k, summary)
+        for key in ("answered", "not_found", "errors"):
+            assert summary[key] == plain[key], (k, key)
+        answers = [{key: json.loads(line)[key] for key in ("id", "answer", "status")}
+                   for line in (tmp_path / f"down{k}.jsonl").read_text().splitlines()]
+        assert answers == [{key: json.loads(line)[key] for key in ("id", "answer", "status")}
+                           for line in (tmp_path / f"plain{k}.jsonl").read_text().splitlines()]
+
+
 def test_rebuild_reuses_content_derived_segments(segmented, tmp_path):
     """Rebuilding the same rows gives the same segment ids and writes nothing new."""
     from pipelines.segments import rebuild_segments

@@ -33,6 +33,7 @@ class AnswerShardFn(beam.DoFn):
         self.unsupported = counter("unsupported")
         self.errors = counter("answer_errors")
         self.invalid = counter("invalid_citations_removed")
+        self.rewrite_failed = counter("rewrite_failed")  # questions left with their own vector
 
     def setup(self):
         import time
@@ -90,10 +91,13 @@ class AnswerShardFn(beam.DoFn):
                 print(f"  answered {self._done} questions ({self._done / (now - self._t0):.1f}/s)", flush=True)
 
     def _answer_batch(self, batch: list[Question]) -> list[AnswerRecord]:
+        failed_before = self.engine.rewrite_failed
         try:
             return self.engine.answer_batch(batch, self.cfg.output.retrieved_top_k, trace=self.trace)
         except Exception:  # a failing batch: each question again alone, so one bad one fails alone
             return [self._answer_alone(q) for q in batch]
+        finally:
+            self.rewrite_failed.inc(self.engine.rewrite_failed - failed_before)
 
     def _answer_alone(self, q: Question) -> AnswerRecord:
         from transforms.common.redact import redact_text

@@ -125,6 +125,11 @@ class AnswerSide:
         self._query_encoder.embedder = self.embedder  # follows a swapped embedder (bench: precomputed vectors)
         return self._query_encoder.encode(texts)
 
+    @property
+    def rewrite_failed(self) -> int:
+        """Questions so far whose rewriting failed (they kept their own vector)."""
+        return self._query_encoder.rewrite_failed if self._query_encoder is not None else 0
+
     # --- the stages -------------------------------------------------------------------
 
     def analyze(self, texts: list[str]) -> tuple[list[list[str]], list[set]]:

@@ -10,7 +10,8 @@ paraphrase's words would move the lexical side away from what the user typed. Th
 is the question's vector everywhere after (dense search, rerank, answer).
 
 A question whose rewriting fails (the llm down, timed out, or writing nothing usable) keeps its
-own vector and is counted in `failed`; rewriting improves recall, it never fails a question.
+own vector and is counted (`failed` here, the `rewrite_failed` counter and run summary of
+the answer job); rewriting improves recall, it never fails a question.
 """
 from __future__ import annotations
 
@@ -88,6 +89,11 @@ class QueryEncoder:
 
     def __init__(self, embedder, rewriter: Optional[QueryRewriter] = None, question_weight: float = 0.5):
         self.embedder, self.rewriter, self.question_weight = embedder, rewriter, question_weight
+
+    @property
+    def rewrite_failed(self) -> int:
+        """Questions so far left with their own vector because rewriting failed (0 without a rewriter)."""
+        return self.rewriter.failed if self.rewriter is not None else 0
 
     def encode(self, texts: list[str]) -> np.ndarray:
         if self.rewriter is None or not texts:

@@ -54,6 +54,7 @@ class EmbedQuestionsFn(beam.DoFn):
         from transforms.query.rewrite import query_encoder
         self.embedder = Embedder(self.spec)
         self.encoder = query_encoder(self.embedder, self.cfg)
+        self.rewrite_failed = counter("rewrite_failed")  # questions left with their own vector
         self.con = connect(":memory:", memory_limit="256MB")
         self.analyzer = Analyzer(self.con, BM25_STEMMER)
 
@@ -67,7 +68,9 @@ class EmbedQuestionsFn(beam.DoFn):
         qs = _questions(records)
         texts = [q.question for q in qs]
         bs = self.cfg.output.batch_size
+        failed_before = self.encoder.rewrite_failed
         vecs = [self.encoder.encode(texts[i:i + bs]) for i in range(0, len(texts), bs)]
+        self.rewrite_failed.inc(self.encoder.rewrite_failed - failed_before)
         dim = self.spec.dim
         q = np.concatenate(vecs).astype(np.float32) if vecs else np.zeros((0, dim), np.float32)
         q = q / np.clip(np.linalg.norm(q, axis=1, keepdims=True), 1e-12, None)
