@@ -375,34 +375,44 @@ def upload_driver_outputs(work_dir: str, out_dir: str, fetched: list[str]) -> No
 
 
 def recover_cache_entries(index_dir: str) -> None:
-    """A run killed between publishing and committing its new vectors left them in its version
-    dir; they are durable and published, so they can join the cache now."""
+    """A run killed between publishing and committing its new vectors (and, with the llm
+    contextualizer, the llm's new contexts) left them in its version dir; they are durable and
+    published, so they join their caches now. A version copied to versions/ but never published
+    (killed before CURRENT) is left alone, as its rows are."""
+    from transforms.ingest.context_cache import namespace_dir as context_namespace_dir
+    live = publish.current_version(index_dir)
+    for name, new_dirs in sorted(pending_cache_entries(index_dir).items()):
+        if live is None or name > live:
+            continue
+        vdir = publish.version_dir(index_dir, name)
+        try:
+            manifest = json.loads(storage.read_text(storage.join(vdir, "manifest.json")))
+            namespace = manifest["model"]["namespace"]
+        except (OSError, ValueError, KeyError):
+            continue  # no manifest: not a version (yet), nothing of it is published
+        if NEW_ENTRIES_DIR in new_dirs:
+            commit_new_entries(vdir, namespace_dir(index_dir, namespace), name)
+        contextualizer = str(manifest.get("versions", {}).get("contextualizer", ""))
+        if NEW_CONTEXTS_DIR in new_dirs and contextualizer.startswith("llm:"):
+            commit_new_entries(vdir, context_namespace_dir(index_dir, contextualizer), name, NEW_CONTEXTS_DIR)
+
+
+def pending_cache_entries(index_dir: str) -> dict[str, set]:
+    """version name -> which of its new-entry dirs (vectors, llm contexts) still hold files."""
     import glob
-    from transforms.ingest.embed_cache import NEW_ENTRIES_DIR
+    kinds = (NEW_ENTRIES_DIR, NEW_CONTEXTS_DIR)
+    out: dict[str, set] = {}
     if is_s3(index_dir):
         base = storage.join(index_dir, publish.VERSIONS) + "/"
-        pending = sorted({u[len(base):].split("/", 1)[0] for u in storage.list_files(base)
-                          if f"/{NEW_ENTRIES_DIR}/" in u})
-        live = publish.current_version(index_dir)
-        for name in pending:
-            if live is None or name > live:  # copied to versions/ but never published (killed before CURRENT)
-                continue
-            vdir = publish.version_dir(index_dir, name)
-            try:
-                namespace = json.loads(storage.read_text(storage.join(vdir, "manifest.json")))["model"]["namespace"]
-            except Exception:
-                continue  # no manifest: not a version (yet), nothing of it is published
-            commit_new_entries(vdir, namespace_dir(index_dir, namespace), name)
-        return
-    for pending in sorted(glob.glob(os.path.join(index_dir, publish.VERSIONS, "*", NEW_ENTRIES_DIR))):
-        version_path = os.path.dirname(pending)
-        manifest = os.path.join(version_path, "manifest.json")
-        try:
-            with open(manifest, encoding="utf-8") as f:
-                namespace = json.load(f)["model"]["namespace"]
-        except (OSError, ValueError, KeyError):
-            continue
-        commit_new_entries(version_path, namespace_dir(index_dir, namespace), os.path.basename(version_path))
+        for uri in storage.list_files(base):
+            parts = uri[len(base):].split("/")
+            if len(parts) > 2 and parts[1] in kinds:
+                out.setdefault(parts[0], set()).add(parts[1])
+        return out
+    for kind in kinds:
+        for pending in glob.glob(os.path.join(index_dir, publish.VERSIONS, "*", kind)):
+            out.setdefault(os.path.basename(os.path.dirname(pending)), set()).add(kind)
+    return out
 
 
 def shard_has_rows(version_dir: str, table: str) -> bool:

@@ -96,6 +96,38 @@ def test_llm_contexts_are_embedded_with_the_chunk_cached_and_asked_only_for_new_
     assert len(load_contexts(context_cache_dir(str(index), cfg))) == len(rows) + 2
 
 
+def test_llm_contexts_of_a_run_killed_after_publishing_join_the_cache_on_the_next_run(
+        test_config, local_llm, tmp_path):
+    """Killed (SIGKILL) between publishing and committing its caches: the version is live, its new
+    contexts are still in its version dir; the next run moves them into the context cache, as it
+    does the vectors, before it reads anything."""
+    import os
+    import subprocess
+    import sys
+    from pipelines.index import context_cache_dir
+    from transforms.ingest.context_cache import NEW_CONTEXTS_DIR, load_contexts
+    corpus, index = tmp_path / "corpus", tmp_path / "index"
+    write_docs(corpus, {k: DOCS[k] for k in ("guide/server.md", "guide/backups.md")})
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "RAGBEAM_FAULT_KILL_AT": "after_publish",
+           "RAGBEAM__CONTEXTUALIZE__KIND": "llm", "RAGBEAM__CONTEXTUALIZE__MAX_TOKENS": "48",
+           "RAGBEAM__LLM__BASE_URL": local_llm.base_url, "RAGBEAM__LLM__MODEL": llm.MODEL_NAME}
+    run = subprocess.run([sys.executable, "-m", "pipelines.cli", "index", "--quiet", "--input", str(corpus),
+                          "--output", str(index)], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == -9, run.stderr[-2000:]
+    killed = publish.current_version(str(index))
+    rows = chunk_rows(index)  # the killed run's version is live
+    pending = list((index / "versions" / killed / NEW_CONTEXTS_DIR).glob("*.parquet"))
+    assert rows and sum(pq.read_metadata(f).num_rows for f in pending) == len(rows)
+    cfg = llm_cfg(test_config, local_llm.base_url, contextualize={"kind": "llm", "max_tokens": 48})
+    assert load_contexts(context_cache_dir(str(index), cfg)) == {}
+    again = run_index(cfg, str(corpus), str(index), progress=False, log=lambda *_: None)
+    assert again.get("llm_contexts_written", 0) == 0 and again["cache_files_added"] == 0  # all carried
+    cache_dir = context_cache_dir(str(index), cfg)
+    assert len(load_contexts(cache_dir)) == len(rows)
+    assert {p.name.rsplit("-", 1)[0] for p in (index / "cache" / "contexts").rglob("*.parquet")} == {killed}
+    assert not list((index / "versions" / killed / NEW_CONTEXTS_DIR).glob("*.parquet"))
+
+
 def test_injected_instructions_leave_no_unsupported_claim_and_the_output_says_what_was_removed(
         llm_index, local_llm, tmp_path):
     _, index, cfg, _ = llm_index
