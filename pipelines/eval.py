@@ -43,8 +43,7 @@ def judge_per_question(cfg: Config, ev: Evaluator, per_q: list[dict], records: l
     from transforms.evaluation.judge import Judge, judge_report
     picked = [(rec, rq) for rec, rq in zip(per_q, records) if rq.status == "answered"][:cfg.judge.max_questions]
     ids = sorted({c["chunk_id"] for _, rq in picked for c in rq.citations})
-    text_of = dict(ev.engine.con.execute("select chunk_id, text from chunks where chunk_id in (select unnest(?))",
-                                         [ids]).fetchall()) if ids else {}
+    text_of = ev.engine.chunk_texts(ids)
     items = [(rq.question, rq.answer, {c["n"]: text_of.get(c["chunk_id"], "") for c in rq.citations})
              for _, rq in picked]
     log(f"ragbeam eval: judging {len(items)} answers with {cfg.llm.model}")

@@ -142,6 +142,28 @@ def test_scatter_gather_answer_job_equals_one_process(segmented, tmp_path):
     _close(outs[1], outs[7])
 
 
+def test_chunk_texts_and_doc_ids_read_every_segment(segmented):
+    """What the eval judge reads (cited chunks' texts) and what eval ranks documents by (chunk_no
+    -> doc_id) are the same whichever number of segments holds the version."""
+    from transforms.ingest.embed import model_spec_from_config
+    from transforms.index.publish import resolve_index
+    from transforms.query.engine import QAEngine
+    seen = {}
+    for k in (1, 7):
+        d, cfg = segmented[k]
+        engine = QAEngine(resolve_index(str(d)), cfg, model_spec_from_config(cfg))
+        try:
+            rows = engine.con.execute("select chunk_id, text, doc_id from chunks order by chunk_no").fetchall()
+            ids = [r[0] for r in rows[::5]] + ["not-a-chunk"]
+            texts = engine.chunk_texts(ids)
+            assert texts == {r[0]: r[1] for r in rows[::5]}
+            assert list(engine.doc_ids) == [r[2] for r in rows]
+            seen[k] = texts
+        finally:
+            engine.close()
+    assert seen[1] == seen[7]
+
+
 def test_failed_query_rewrites_are_counted_and_the_questions_still_answered(segmented, tmp_path):
     """rewrite.kind hyde with the llm down (nothing listens on port 9): every question keeps its
     own vector, is answered as without rewriting, and is counted in the run summary, in one

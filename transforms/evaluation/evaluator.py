@@ -34,9 +34,7 @@ class Evaluator:
 
         self.cfg = cfg
         self.engine = QAEngine(version_dir, cfg, model_spec_from_config(cfg), embedder=embedder)
-        con = self.engine.con
-        self.doc_of_chunk = np.array(con.execute("SELECT doc_id FROM chunks ORDER BY chunk_no")
-                                     .fetchnumpy()["doc_id"], dtype=object)
+        self.doc_of_chunk = self.engine.doc_ids  # chunk_no -> doc_id over every segment
         self.public = self.engine.masks.get(None, None)
 
     def close(self) -> None:

@@ -337,6 +337,19 @@ class QAEngine(AnswerSide):
             self._rows_con.close()
         super().close()
 
+    def chunk_texts(self, chunk_ids) -> dict[str, str]:
+        """chunk_id -> text for the ids asked (e.g. a judge's cited sources), read from each
+        segment's memory-mapped rows; an id no segment holds is left out."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        wanted = pa.array(sorted(set(chunk_ids)), pa.string())
+        out: dict[str, str] = {}
+        for s in self.searchers:
+            rows = s.seg.rows
+            hit = rows.filter(pc.is_in(rows.column("chunk_id"), value_set=wanted))
+            out.update(zip(hit.column("chunk_id").to_pylist(), hit.column("text").to_pylist()))
+        return out
+
     @property
     def doc_ids(self) -> np.ndarray:
         """chunk_no -> doc_id over the whole version (evaluation's document rankings)."""
