@@ -70,6 +70,17 @@ def collect(ev: Evaluator, ds, ids: list[str], labels: DocLabels):
     return out
 
 
+def cached_sets(ev: Evaluator, ds, tune_ids: list[str], eval_ids: list[str], labels: DocLabels, pkl: str) -> dict:
+    """{"tune": collect(...), "eval": collect(...)}, kept in `pkl` so a rerun retrieves nothing."""
+    if os.path.exists(pkl):
+        with open(pkl, "rb") as f:
+            return pickle.load(f)
+    sets = {"tune": collect(ev, ds, tune_ids, labels), "eval": collect(ev, ds, eval_ids, labels)}
+    with open(pkl, "wb") as f:
+        pickle.dump(sets, f)
+    return sets
+
+
 def answer_rows(answerer, qs) -> list[dict]:
     """Per question: the answer with normal retrieval (status, evidence, gold span, words,
     sentences, citation precision) and the status and evidence with its article hidden."""
@@ -120,14 +131,7 @@ def main(argv=None) -> None:
     ev = Evaluator(vdir, cfg)
     labels = DocLabels(vdir, {d for q in eval_ids + tune_ids for d in ds.qrels[q]})
     t = time.perf_counter()
-    pkl = os.path.join(args.out, f"sets-{os.path.basename(vdir)}.pkl")
-    if os.path.exists(pkl):
-        with open(pkl, "rb") as f:
-            sets = pickle.load(f)
-    else:
-        sets = {"tune": collect(ev, ds, tune_ids, labels), "eval": collect(ev, ds, eval_ids, labels)}
-        with open(pkl, "wb") as f:
-            pickle.dump(sets, f)
+    sets = cached_sets(ev, ds, tune_ids, eval_ids, labels, os.path.join(args.out, f"sets-{os.path.basename(vdir)}.pkl"))
     print(f"retrieval for {len(tune_ids) + len(eval_ids)} questions x2: {time.perf_counter() - t:.1f}s", flush=True)
 
     stores, costs = {}, {}

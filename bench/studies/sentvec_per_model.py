@@ -18,11 +18,10 @@ import argparse
 import dataclasses
 import json
 import os
-import pickle
 
 import numpy as np
 
-from bench.studies.answer_variants import build_sentence_vectors, collect, score_set
+from bench.studies.answer_variants import build_sentence_vectors, cached_sets, score_set
 from bench.studies.devsets import DATA_ROOT, squad_samples
 
 
@@ -50,14 +49,7 @@ def main(argv=None) -> None:
     tune_ids = tune_ids[:args.tune_n]
     ev = Evaluator(vdir, cfg)
     labels = DocLabels(vdir, {d for q in eval_ids + tune_ids for d in ds.qrels[q]})
-    pkl = os.path.join(args.out, f"sets-{args.tune_n}.pkl")
-    if os.path.exists(pkl):
-        with open(pkl, "rb") as f:
-            sets = pickle.load(f)
-    else:
-        sets = {"tune": collect(ev, ds, tune_ids, labels), "eval": collect(ev, ds, eval_ids, labels)}
-        with open(pkl, "wb") as f:
-            pickle.dump(sets, f)
+    sets = cached_sets(ev, ds, tune_ids, eval_ids, labels, os.path.join(args.out, f"sets-{args.tune_n}.pkl"))
     base = ev.engine.answerer.p  # the profile's selection as the answer job runs it
     rows = []
     for kind in ("late", "separate"):
