@@ -29,7 +29,8 @@ from pipelines.options import pipeline_options
 from transforms.index import publish
 from transforms.ingest.chunk import DOCUMENTS, ChunkDocuments, ChunkSettings
 from transforms.ingest.context_cache import CONTEXT_SCHEMA, NEW_CONTEXTS_DIR
-from transforms.ingest.contextualize import Contextualize, ContextualizeFn, contextualizer_version
+from transforms.ingest.context_cache import namespace_dir as context_namespace_dir
+from transforms.ingest.contextualize import Contextualize, ContextualizeFn, contextualizer_version, is_llm_version
 from transforms.ingest.dedupe import (NEAR_DUPLICATES, SIGNATURES, DedupeByContent, DedupeDocuments,
                                       NearDedupeDocuments)
 from transforms.ingest.embed import EmbedChunks, EmbedChunksFn, ModelSpec, model_spec_from_config
@@ -152,7 +153,6 @@ def context_cache_dir(index_dir: str, cfg: Config) -> Optional[str]:
     """Where the llm contextualizer's cache lives (None for the other kinds)."""
     if cfg.contextualize.kind != "llm":
         return None
-    from transforms.ingest.context_cache import namespace_dir as context_namespace_dir
     return context_namespace_dir(index_dir, contextualizer_version(cfg))
 
 
@@ -379,7 +379,6 @@ def recover_cache_entries(index_dir: str) -> None:
     contextualizer, the llm's new contexts) left them in its version dir; they are durable and
     published, so they join their caches now. A version copied to versions/ but never published
     (killed before CURRENT) is left alone, as its rows are."""
-    from transforms.ingest.context_cache import namespace_dir as context_namespace_dir
     live = publish.current_version(index_dir)
     for name, new_dirs in sorted(pending_cache_entries(index_dir).items()):
         if live is None or name > live:
@@ -393,7 +392,7 @@ def recover_cache_entries(index_dir: str) -> None:
         if NEW_ENTRIES_DIR in new_dirs:
             commit_new_entries(vdir, namespace_dir(index_dir, namespace), name)
         contextualizer = str(manifest.get("versions", {}).get("contextualizer", ""))
-        if NEW_CONTEXTS_DIR in new_dirs and contextualizer.startswith("llm:"):
+        if NEW_CONTEXTS_DIR in new_dirs and is_llm_version(contextualizer):
             commit_new_entries(vdir, context_namespace_dir(index_dir, contextualizer), name, NEW_CONTEXTS_DIR)
 
 
