@@ -93,11 +93,12 @@ class AnswerShardFn(beam.DoFn):
     def _answer_batch(self, batch: list[Question]) -> list[AnswerRecord]:
         failed_before = self.engine.rewrite_failed
         try:
-            return self.engine.answer_batch(batch, self.cfg.output.retrieved_top_k, trace=self.trace)
+            out = self.engine.answer_batch(batch, self.cfg.output.retrieved_top_k, trace=self.trace)
         except Exception:  # a failing batch: each question again alone, so one bad one fails alone
-            return [self._answer_alone(q) for q in batch]
-        finally:
-            self.rewrite_failed.inc(self.engine.rewrite_failed - failed_before)
+            failed_before = self.engine.rewrite_failed  # its questions are rewritten again: count them once
+            out = [self._answer_alone(q) for q in batch]
+        self.rewrite_failed.inc(self.engine.rewrite_failed - failed_before)
+        return out
 
     def _answer_alone(self, q: Question) -> AnswerRecord:
         from transforms.common.redact import redact_text
