@@ -260,8 +260,11 @@ class AnswerConfig(_Strict):
                                    "one has this share of its content words in the other (a restatement); 0: off")
     call_lexical: bool = Field(True, description="a call question's word share counts the parts of compound "
                                "identifiers (NamedTemporaryFile) and abbreviations and inflections (str: string)")
-    call_chunks: int = Field(20, ge=0, le=1000, description="a call question also reads the definitions (term "
+    call_chunks: int = Field(30, ge=0, le=1000, description="a call question also reads the definitions (term "
                              "line, then description) of the chunks after top_chunks, up to this many; 0: off")
+    call_definitions_alone: int = Field(8, ge=0, le=1000, description="a call question scores up to this many "
+                                        "descriptions of calls (those sharing most of its words) by the sentence's own "
+                                        "vector, embedded when answering, not its late-chunked one; 0: off")
     base_url: Optional[str] = Field(None, description="openai: the endpoint (http or https)")
     model: Optional[str] = Field(None, description="openai, bedrock: the model name")
     api_key: Optional[str] = Field(None, repr=False, description="openai: the API key")

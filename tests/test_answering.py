@@ -509,6 +509,31 @@ def test_a_call_answer_leads_with_its_signature_heading_or_the_man_pages_synopsi
     assert alone.answer.startswith("git-add - Add file contents"), alone.answer
 
 
+def test_a_call_questions_descriptions_are_picked_past_parameter_lists_and_capped(embedder):
+    from dataclasses import replace as _replace
+    from transforms.query.extract import SentenceAnswerer, SentenceParams, definitions
+    # Node's docs: a signature heading, its parameter list, then the description
+    basename = _replace(cand(1, "- path {string}\n- suffix {string} An optional suffix to remove\n- Returns: {string}\n\n"
+                                "The path.basename() method returns the last portion of a path.\n\n"
+                                "Trailing directory separators are ignored.", "Path › path.basename", "path", 1),
+                        heading_path=["Path", "`path.basename(path[, suffix])`"])
+    fnmatch = cand(2, "fnmatch.fnmatch(filename, pattern)\n\nTest whether the filename string matches the pattern "
+                      "string.\n\nPatterns are Unix shell style.", "fnmatch", "fnmatch", 2)
+    prose = cand(3, "The path module provides utilities for working with paths.", "Path", "path", 3)
+    cands = [basename, fnmatch, prose]
+    a = SentenceAnswerer(embedder, None, SentenceParams(call_definitions_alone=1))
+    flat = a.pairs(cands)
+    picked = [s for (_, s), m in zip(flat, definitions(flat, cands)) if m]
+    assert picked == ["The path.basename() method returns the last portion of a path.",
+                      "Test whether the filename string matches the pattern string."], flat
+    q = "How do I get the last portion of a path?"
+    # the cap keeps the description sharing most of the question's words; value questions: none
+    assert a.alone_pairs(q, cands) == [(0, picked[0])]
+    assert len(SentenceAnswerer(embedder, None, SentenceParams(call_definitions_alone=8)).alone_pairs(q, cands)) == 2
+    assert a.alone_pairs("What is the last portion of a path?", cands) == []
+    assert SentenceAnswerer(embedder, None, SentenceParams()).alone_pairs(q, cands) == []  # 0: off
+
+
 def test_a_value_question_looked_up_in_a_table_is_answered_by_its_row_under_its_header(embedder):
     from transforms.query.extract import SentenceAnswerer, SentenceParams
     params = dict(max_sentences=2, top_chunks=2, threshold=0.0, form_filter=True)

@@ -105,7 +105,7 @@ class AnswerSide:
                 lexical_weight=cfg.lexical_weight, rank_weight=a.rank_weight, mmr_lambda=a.mmr_lambda,
                 dup_sim=a.dup_sim, type_weight=a.type_weight, same_source_bonus=a.same_source_bonus,
                 form_filter=a.form_filter, restate_overlap=a.restate_overlap,
-                call_lexical=a.call_lexical, call_chunks=a.call_chunks,
+                call_lexical=a.call_lexical, call_chunks=a.call_chunks, call_definitions_alone=a.call_definitions_alone,
                 evidence_lexical_weight=a.evidence_lexical_weight,
                 evidence_model=cfg.evidence_model))
         else:
@@ -231,7 +231,8 @@ class AnswerSide:
         heads = self.reranker.rerank(texts, [c[:head_n] for c in cands], cache=self.sentence_vectors)
         t.append(time.perf_counter())
         self._set_idf(rankings)
-        results = self.answer(texts, heads, qvecs)
+        # the answerer reads the reranked head, then the fused tail (a call question's further definitions)
+        results = self.answer(texts, [h + c[head_n:] for h, c in zip(heads, cands)], qvecs)
         t.append(time.perf_counter())
         ms = {name: round((t[i + 1] - t[i]) * 1000 / max(1, len(questions)), 3)
               for i, name in enumerate(("embed", "retrieve", "rerank", "answer")) if i + 1 < len(t)}

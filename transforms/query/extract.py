@@ -173,6 +173,28 @@ def heading_term(c: Candidate) -> Optional[str]:
     return h if h and _SIGNATURE.match(h) else None
 
 
+_LIST_ITEM = re.compile(r"^\s*[-*+]\s")
+
+
+def is_description(s: str) -> bool:
+    """Prose that describes, not a parameter list ("- path {string}\n- Returns: {string}",
+    which Node's docs put between a signature heading and its description)."""
+    lines = [ln for ln in s.split("\n") if ln.strip()]
+    return sentence_kind(s) == "prose" and not (lines and all(_LIST_ITEM.match(ln) for ln in lines))
+
+
+def definitions(flat: list[tuple[int, str]], cands: list[Candidate]) -> np.ndarray:
+    """Which sentences are a call's description: the sentence after a term line in its chunk
+    ("fnmatch.fnmatch(filename, pattern)" / "Test whether ..."), or a chunk's first description
+    when its own heading is a signature (Markdown API docs)."""
+    first: dict[int, int] = {}
+    for i, (ci, s) in enumerate(flat):
+        if ci not in first and heading_term(cands[ci]) and is_description(s):
+            first[ci] = i
+    return np.array([(i > 0 and flat[i - 1][0] == ci and is_term(flat[i - 1][1]) and not is_term(s))
+                     or first.get(ci) == i for i, (ci, s) in enumerate(flat)], bool)
+
+
 def is_name_line(c: Candidate) -> bool:
     """A man page's NAME section ("git-add - Add file contents to the index"): the page's
     definition, whose term is its SYNOPSIS."""
@@ -283,6 +305,9 @@ class SentenceParams:
     # candidates after top_chunks, up to this many chunks; 0: off. Selection only: the evidence
     # is read from the top_chunks
     call_chunks: int = 0
+    # a call question scores up to this many descriptions of calls (`definitions`, those sharing
+    # most of its words) by their own vectors; 0: off
+    call_definitions_alone: int = 0
     # The evidence score (compared with `threshold`) is max(cosine + evidence_lexical_weight * lexical):
     # kept apart from the selection score so that selection can lean on words without making
     # unanswerable questions (whose distractors share the question's words) look answerable.
@@ -319,16 +344,17 @@ class SentenceAnswerer:
         tops = [list(c[:p.top_chunks]) for c in candidates]
         more = [list(c[p.top_chunks:p.call_chunks]) if p.call_chunks and question_form(q) == "call" else []
                 for q, c in zip(questions, candidates)]
-        need = []
-        for cands in [t + m for t, m in zip(tops, more)]:  # sentences of chunks the index has no vectors for
-            for c in cands:
+        need, alone = [], []
+        for q, cands in zip(questions, [t + m for t, m in zip(tops, more)]):
+            for c in cands:  # sentences of chunks the index has no vectors for
                 if not self._stored(c):
                     need.extend(candidate_sentences(c))
+            alone.extend(s for _, s in self.alone_pairs(q, cands))
         queries = [] if qvecs is not None else list(questions)
-        if need or queries:
+        if need or queries or alone:  # the batch's texts in one model call
             cache = cache if cache is not None else VectorCache()
             self.fallback_sentences += len({t for t in need if t not in cache})
-            cache.ensure(self.embedder, need, queries=queries)
+            cache.ensure(self.embedder, need + alone, queries=queries)
         if qvecs is None:
             qvecs = cache.query_matrix(self.embedder, list(questions))
         out = []
@@ -354,33 +380,79 @@ class SentenceAnswerer:
         no = c.chunk_no
         return self.store is not None and no is not None and bool(self.store.has_vectors[int(no)])
 
+    def pairs(self, cands: list[Candidate]) -> list[tuple[int, str]]:
+        """(candidate index, sentence) pairs, in the order `sentences` gives them."""
+        flat: list[tuple[int, str]] = []
+        for ci, c in enumerate(cands):
+            if self._stored(c):
+                r = self.store.rows(int(c.chunk_no))
+                flat.extend((ci, (c.text or "")[s:e]) for s, e in zip(self.store.start[r], self.store.end[r]))
+            else:
+                flat.extend((ci, s) for s in candidate_sentences(c))
+        return flat
+
+    def alone_mask(self, question: str, flat: list[tuple[int, str]], cands: list[Candidate]) -> np.ndarray:
+        """The call descriptions (`definitions`) a call question scores by their own vectors: up to
+        call_definitions_alone of them, those sharing most of the question's words (a bounded cost)."""
+        n = self.p.call_definitions_alone
+        if not n or not flat or question_form(question) != "call":
+            return np.zeros(len(flat), bool)
+        mask = definitions(flat, cands)
+        if mask.sum() > n:
+            qwords = content_words(question)
+            share = {int(i): len(loose_overlap(qwords, call_words(flat[i][1]))) for i in np.flatnonzero(mask)}
+            mask = np.zeros(len(flat), bool)
+            mask[sorted(share, key=lambda i: -share[i])[:n]] = True
+        return mask
+
+    def alone_pairs(self, question: str, cands: list[Candidate]) -> list[tuple[int, str]]:
+        if not self.p.call_definitions_alone or question_form(question) != "call":
+            return []
+        flat = self.pairs(cands)
+        return [f for f, m in zip(flat, self.alone_mask(question, flat, cands)) if m]
+
     def sentences(self, qv: np.ndarray, cands: list[Candidate], cache) -> tuple[list[tuple[int, str]], np.ndarray, np.ndarray]:
         """(candidate index, sentence) pairs, their cosines with qv, and their unit vectors."""
-        flat: list[tuple[int, str]] = []
+        flat = self.pairs(cands)
         vecs = []
-        for ci, c in enumerate(cands):
-            text = c.text or ""
+        for c in cands:
             if self._stored(c):
                 r = self.store.rows(int(c.chunk_no))
                 if r.stop > r.start:
-                    flat.extend((ci, text[s:e]) for s, e in zip(self.store.start[r], self.store.end[r]))
                     vecs.append(self.store.vec[r].astype(np.float32) * self.store.inv_norm[r][:, None])
             else:
                 ss = candidate_sentences(c)
                 if ss:
-                    flat.extend((ci, s) for s in ss)
                     vecs.append(cache.matrix(ss))
         if not flat:
             return flat, np.zeros(0, np.float32), np.zeros((0, len(qv)), np.float32)
         mat = np.concatenate(vecs)
         return flat, mat @ qv, mat
 
-    def score(self, question: str, qv: np.ndarray, cands: list[Candidate], cache=None):
-        """(pairs, scores, vectors): every candidate sentence's score for this question."""
+    def definitions_alone(self, question: str, qv: np.ndarray, flat, mat: np.ndarray, cands: list[Candidate],
+                          cache) -> tuple[np.ndarray, np.ndarray]:
+        """(cosines, vectors) with a call's description scored by its own vector: it names its
+        subject ("The path.basename() method returns ..."), while its late-chunked vector also
+        holds the rest of the section (examples, platform notes), which drowns what the call
+        does. `answer` embeds the batch's descriptions in one call; the cache keeps them."""
+        mask = self.alone_mask(question, flat, cands)
+        if mask.any():
+            texts = [s for (_, s), m in zip(flat, mask) if m]
+            cache = cache if cache is not None else VectorCache()
+            cache.ensure(self.embedder, texts)
+            mat = mat.copy()
+            mat[mask] = cache.matrix(texts)
+        return mat @ qv, mat
+
+    def score(self, question: str, qv: np.ndarray, cands: list[Candidate], cache=None, alone: bool = False):
+        """(pairs, scores, vectors): every candidate sentence's score for this question; with
+        `alone`, a call question's descriptions scored by their own vectors (selection only)."""
         p = self.p
         flat, cos, mat = self.sentences(qv, cands, cache)
         if not flat:
             return flat, cos, mat
+        if alone:
+            cos, mat = self.definitions_alone(question, qv, flat, mat, cands, cache)
         score = cos.astype(np.float64)
         self._evidence = None
         qwords = content_words(question)
@@ -532,22 +604,15 @@ class SentenceAnswerer:
         if evidence < self.p.threshold:
             return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found", evidence_score=evidence)
         n_top = len(cands)  # the top chunks; extra ones are read for definitions only
-        if extra:
+        if extra or (self.p.call_definitions_alone and question_form(question) == "call"):
             # A call question's answer is often a definition further down the list: API docs
             # give each call a short section (term line, then its description) that shares few
             # words with the question beside the module's prose. Of the further chunks, only
             # such descriptions are candidates.
-            n = len(cands)
-            cands = cands + list(extra)
-            flat, score, mat = self.score(question, qv, cands, cache)
-            first_prose = {}  # chunk -> its first prose sentence: the description under a signature heading
-            for i, (ci, s) in enumerate(flat):
-                if ci >= n and ci not in first_prose and sentence_kind(s) == "prose" and heading_term(cands[ci]):
-                    first_prose[ci] = i
-            definition = np.array([ci < n or (i > 0 and flat[i - 1][0] == ci and is_term(flat[i - 1][1])
-                                              and not is_term(s)) or first_prose.get(ci) == i
-                                   for i, (ci, s) in enumerate(flat)])
-            score = np.where(definition, score, _SET_ASIDE)
+            cands = cands + list(extra or [])
+            flat, score, mat = self.score(question, qv, cands, cache, alone=True)
+            top = np.array([ci < n_top for ci, _ in flat], bool)
+            score = np.where(top | definitions(flat, cands), score, _SET_ASIDE)
         picked = self.select(flat, score, mat, question)
         pairs = self.table_lookup(self.lead_term([flat[i] for i in picked], cands, question),
                                   flat, score, n_top, question)
