@@ -534,6 +534,27 @@ def test_a_call_questions_descriptions_are_picked_past_parameter_lists_and_cappe
     assert SentenceAnswerer(embedder, None, SentenceParams()).alone_pairs(q, cands) == []  # 0: off
 
 
+def test_a_call_answer_leads_with_the_term_its_best_sentence_describes(embedder):
+    from dataclasses import replace as _replace
+    from transforms.query.extract import SentenceAnswerer, SentenceParams
+    # the module's intro holds a code line too; the best sentence describes isAbsolute (under its
+    # signature heading), so that heading leads, not "const path = require('node:path');"
+    intro = cand(1, "The node:path module provides utilities for working with file and directory paths.\n\n"
+                    "const path = require('node:path');", "Path", "path", 1)
+    heading = _replace(cand(2, "- path {string}\n- Returns: {boolean}\n\nThe path.isAbsolute() method determines if "
+                               "path is an absolute path.", "Path › isAbsolute", "path", 2),
+                       heading_path=["Path", "`path.isAbsolute(path)`"])
+    params = dict(max_sentences=4, top_chunks=2, threshold=0.0, gap=2.0, form_filter=True, lexical_weight=0.7,
+                  call_lexical=True)
+    a = SentenceAnswerer(embedder, None, SentenceParams(**params))
+    rec, = a.answer(["How do I check whether a path is absolute?"], [[intro, heading]])
+    assert rec.answer.startswith("path.isAbsolute(path) [1] The path.isAbsolute() method determines"), rec.answer
+    assert rec.n_invalid_citations == 0
+    # a best sentence that describes no call: the picked code line leads, as before
+    rec, = a.answer(["How do I use the path module in Node.js?"], [[intro]])
+    assert rec.answer.startswith("const path = require('node:path'); [1]"), rec.answer
+
+
 def test_a_value_question_looked_up_in_a_table_is_answered_by_its_row_under_its_header(embedder):
     from transforms.query.extract import SentenceAnswerer, SentenceParams
     params = dict(max_sentences=2, top_chunks=2, threshold=0.0, form_filter=True)

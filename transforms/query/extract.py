@@ -492,9 +492,11 @@ class SentenceAnswerer:
                 score = np.where(fits, score, _SET_ASIDE)
         return flat, score, mat
 
-    def select(self, flat, score: np.ndarray, mat: np.ndarray, question: Optional[str] = None) -> list[int]:
+    def select(self, flat, score: np.ndarray, mat: np.ndarray, question: Optional[str] = None,
+               described: Optional[np.ndarray] = None) -> list[int]:
         """Indices of the picked sentences, strongest first (MMR, near-duplicates and restatements
-        dropped); with `question` and form_filter, a call question's answer leads with its call."""
+        dropped); with `question` and form_filter, a call question's answer leads with its call:
+        the term of its best sentence when that describes a call (`described`, `definitions`)."""
         p = self.p
         best = float(score.max())
         if p.same_source_bonus:  # a second sentence from the cited chunk costs no extra citation
@@ -530,10 +532,14 @@ class SentenceAnswerer:
             # description of a definition, its term (the sentence before it) is that call
             calls = [i for i in picked if sentence_kind(flat[i][1]) == "code"]
             lead = picked[0]
-            if (not calls and p.max_sentences > 1 and lead > 0 and flat[lead - 1][0] == flat[lead][0]
+            if (p.max_sentences > 1 and lead > 0 and flat[lead - 1][0] == flat[lead][0]
                     and is_term(flat[lead - 1][1])):
+                # the lead describes a call: its term is the call, not another code line picked
+                # ("const path = require('node:path');" from the module's intro)
                 calls = [lead - 1]
-                picked = picked[:p.max_sentences - 1]
+                picked = [i for i in picked if i != lead - 1][:p.max_sentences - 1]
+            elif described is not None and described[lead]:
+                calls = []  # a signature heading's description: lead_term leads with the heading
             elif calls:
                 picked.remove(calls[0])
             if calls:
@@ -613,7 +619,7 @@ class SentenceAnswerer:
             flat, score, mat = self.score(question, qv, cands, cache, alone=True)
             top = np.array([ci < n_top for ci, _ in flat], bool)
             score = np.where(top | definitions(flat, cands), score, _SET_ASIDE)
-        picked = self.select(flat, score, mat, question)
+        picked = self.select(flat, score, mat, question, definitions(flat, cands))
         pairs = self.table_lookup(self.lead_term([flat[i] for i in picked], cands, question),
                                   flat, score, n_top, question)
         check = cite_sentences(pairs, cands)
