@@ -45,6 +45,9 @@ def demo(test_config, tmp_path_factory):
         # scored alone, which also keeps the second wording out: its own vector scores lower)
         e.answerer.p.restate_overlap, e.answerer.p.call_definitions_alone = 0, 0
         answers["q02-restate-off"] = e.answer_batch([answers["q02"][0]], top_k=10)[0]
+        e.answerer.p.restate_overlap, e.answerer.p.call_definitions_alone = test_config.answer.restate_overlap, \
+            test_config.answer.call_definitions_alone
+        answers["q11-trace"] = e.answer_batch([answers["q11"][0]], top_k=30, trace=True)[0]
         yield answers
     finally:
         e.close()
@@ -76,3 +79,13 @@ def test_a_restatement_is_dropped_and_the_call_leads(demo):
     assert demo["q02-restate-off"].answer.count("returning True or False") == 2  # the rule's case
     assert rec.answer.count("returning True or False") == 1, rec.answer
     assert rec.answer.startswith("fnmatch.fnmatch(filename, pattern)"), rec.answer  # the call leads
+
+
+def test_a_call_questions_trace_lists_the_further_chunks_it_read(demo, test_config):
+    # path.basename's chunk ranks past the reranker's head (rerank.top_n): the answerer still read
+    # it (answer.call_chunks), and the trace's context says so
+    rec = demo["q11-trace"]
+    cited = {c["chunk_id"] for c in rec.citations}
+    ranks = [r["rank"] for r in rec.retrieved if r["chunk_id"] in cited]
+    assert ranks and max(ranks) > test_config.rerank.top_n, ranks
+    assert cited <= {c["chunk_id"] for c in rec.trace["context"]}

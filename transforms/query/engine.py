@@ -253,7 +253,7 @@ class AnswerSide:
                 retrieved_docs=self.ranked_docs(head, r.fused),
                 index_version=self.version, line=q.line, retryable=getattr(res, "retryable", False))
             if trace:
-                rec.trace = self._trace(r, head, ms, q.question)
+                rec.trace = self._trace(r, head, ms, q.question, read=ranked)
             out.append(rec)
         return out
 
@@ -277,7 +277,10 @@ class AnswerSide:
             return self.answerer.answer(texts, candidates, cache=self.sentence_vectors, qvecs=qvecs)
         return self.answerer.answer(texts, candidates, cache=self.sentence_vectors)
 
-    def _trace(self, r: "Rankings", head: list[Candidate], ms: dict, question: str = "") -> dict:
+    def _trace(self, r: "Rankings", head: list[Candidate], ms: dict, question: str = "",
+               read: Optional[list[Candidate]] = None) -> dict:
+        """The question's lists; `context` is what the answerer read (`read`: the reranked head,
+        then the fused tail a call question reads definitions from)."""
         nos = sorted({c for c, _ in r.dense[:20] + r.bm25[:20] + r.fused[:20]})
         ids = dict(zip(nos, self.segments.column("chunk_id", nos)))
 
@@ -290,7 +293,7 @@ class AnswerSide:
                 "reranked": [[c.chunk_id, round(float(c.final_score), 6)] for c in head],
                 "context": [{"chunk_id": c.chunk_id, "doc_id": c.doc_id, "context": c.context,
                              "text": c.text, "dense_cosine": _round(c.dense_cosine),
-                             "bm25_coverage": _round(c.bm25_coverage)} for c in head[:n_ctx]],
+                             "bm25_coverage": _round(c.bm25_coverage)} for c in (read or head)[:n_ctx]],
                 "ms_per_question": ms}
 
 
