@@ -534,11 +534,11 @@ def test_a_call_questions_descriptions_are_picked_past_parameter_lists_and_cappe
     assert SentenceAnswerer(embedder, None, SentenceParams()).alone_pairs(q, cands) == []  # 0: off
 
 
-def test_a_call_answer_leads_with_the_term_its_best_sentence_describes(embedder):
+def test_a_call_answer_leads_with_the_call_a_picked_sentence_describes(embedder):
     from dataclasses import replace as _replace
     from transforms.query.extract import SentenceAnswerer, SentenceParams
-    # the module's intro holds a code line too; the best sentence describes isAbsolute (under its
-    # signature heading), so that heading leads, not "const path = require('node:path');"
+    # the module's intro holds a code line too; a picked sentence describes isAbsolute (under its
+    # signature heading), so it leads, after that heading, not "const path = require('node:path');"
     intro = cand(1, "The node:path module provides utilities for working with file and directory paths.\n\n"
                     "const path = require('node:path');", "Path", "path", 1)
     heading = _replace(cand(2, "- path {string}\n- Returns: {boolean}\n\nThe path.isAbsolute() method determines if "
@@ -547,9 +547,11 @@ def test_a_call_answer_leads_with_the_term_its_best_sentence_describes(embedder)
     params = dict(max_sentences=4, top_chunks=2, threshold=0.0, gap=2.0, form_filter=True, lexical_weight=0.7,
                   call_lexical=True)
     a = SentenceAnswerer(embedder, None, SentenceParams(**params))
-    rec, = a.answer(["How do I check whether a path is absolute?"], [[intro, heading]])
-    assert rec.answer.startswith("path.isAbsolute(path) [1] The path.isAbsolute() method determines"), rec.answer
-    assert rec.n_invalid_citations == 0
+    for q in ("How do I check whether a path is absolute?",  # the description scores best
+              "How do I check whether a path is absolute in Node.js?"):  # the require line does ("node")
+        rec, = a.answer([q], [[intro, heading]])
+        assert rec.answer.startswith("path.isAbsolute(path) [1] The path.isAbsolute() method determines"), rec.answer
+        assert rec.n_invalid_citations == 0
     # a best sentence that describes no call: the picked code line leads, as before
     rec, = a.answer(["How do I use the path module in Node.js?"], [[intro]])
     assert rec.answer.startswith("const path = require('node:path'); [1]"), rec.answer

@@ -496,7 +496,8 @@ class SentenceAnswerer:
                described: Optional[np.ndarray] = None) -> list[int]:
         """Indices of the picked sentences, strongest first (MMR, near-duplicates and restatements
         dropped); with `question` and form_filter, a call question's answer leads with its call:
-        the term of its best sentence when that describes a call (`described`, `definitions`)."""
+        the best picked sentence that describes a call (`described`, `definitions`) after its
+        term, else a picked code line."""
         p = self.p
         best = float(score.max())
         if p.same_source_bonus:  # a second sentence from the cited chunk costs no extra citation
@@ -531,6 +532,10 @@ class SentenceAnswerer:
             # "how do I ...": the answer leads with the call or command; when the lead is the
             # description of a definition, its term (the sentence before it) is that call
             calls = [i for i in picked if sentence_kind(flat[i][1]) == "code"]
+            described_first = next((i for i in picked if described is not None and described[i]), None)
+            if described_first is not None:  # a picked description of a call leads the prose
+                picked.remove(described_first)
+                picked.insert(0, described_first)
             lead = picked[0]
             if (p.max_sentences > 1 and lead > 0 and flat[lead - 1][0] == flat[lead][0]
                     and is_term(flat[lead - 1][1])):
