@@ -253,9 +253,10 @@ class AnswerConfig(_Strict):
     rank_weight: float = Field(0.0, ge=0, le=2, description="bonus rank_weight / the chunk's rank")
     mmr_lambda: float = Field(1.0, ge=0, le=1, description="MMR trade-off between score and novelty; 1: score only")
     dup_sim: float = Field(0.95, ge=0, le=1, description="drop a sentence this similar to one already picked")
-    form_filter: bool = Field(True, description="table rows, code listings and navigation text answer only the "
-                              "questions that ask for what they hold (a table: what/which/how many; code: how do "
-                              "I, which function); a \"how do I\" answer leads with its call or command")
+    form_filter: bool = Field(True, description="table rows, parameter lists, code listings and navigation text "
+                              "answer only the questions that ask for what they hold (a table or parameter list: "
+                              "what/which/how many; code: how do I, which function); a \"how do I\" answer leads "
+                              "with its call or command")
     restate_overlap: float = Field(0.8, ge=0, le=1, description="drop a sentence when the shorter of it and a picked "
                                    "one has this share of its content words in the other (a restatement); 0: off")
     call_lexical: bool = Field(True, description="a call question's word share counts the parts of compound "

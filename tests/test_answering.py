@@ -431,6 +431,12 @@ def test_sentence_kinds_question_forms_and_restatements():
     assert sentence_kind("ls(1), sh(1), stat(2), glob(7)") == "nav"
     assert sentence_kind("from __future__ import annotations was previously scheduled to become mandatory.") == "prose"
     assert sentence_kind("Schedules repeated execution of callback every delay milliseconds.") == "prose"
+    # Node's parameter lists: what a value question may ask (what does it return), no "how do I" answer
+    assert sentence_kind("- callback {Function} The function to call when the timer elapses.\n"
+                         "- ...args {any} Optional arguments") == "params"
+    assert sentence_kind("- path {string}\n- Returns: {string}") == "params"
+    assert sentence_kind("- ; for Windows\n- : for POSIX") == "prose"  # a list, no parameters
+    assert kind_fits("params", "value") and not kind_fits("params", "call")
     assert question_form("How do I serialize a Python object to a JSON formatted string?") == "call"
     assert question_form("Which Python function tests whether a filename matches?") == "call"
     assert question_form("What is the octal code of the ASCII character A?") == "value"

@@ -111,8 +111,19 @@ _NAV = re.compile(r"^(source code|see also|table of contents|previous topic|next
                   r"|^([\w.+-]+\(\d\w*\),?\s*)+$", re.I)  # a man page's SEE ALSO list: ls(1), sh(1), ...
 
 
+# an API doc's parameter list item: "- path {string}", "- ...args {any} Optional arguments", "- Returns: {string}"
+_PARAM_ITEM = re.compile(r"\s*[-*+]\s+((\.{3})?[\w.$]+\s+\{[^}\n]+\}|Returns:?\s*\{)")
+
+
+def is_param_list(s: str) -> bool:
+    """At least half of the sentence's lines are parameter list items."""
+    lines = [ln for ln in s.split("\n") if ln.strip()]
+    items = sum(bool(_PARAM_ITEM.match(ln)) for ln in lines)
+    return items > 0 and 2 * items >= len(lines)
+
+
 def sentence_kind(s: str) -> str:
-    """table | code | nav | prose."""
+    """table | code | params | nav | prose."""
     first = s.lstrip().split("\n", 1)[0]
     if _NAV.search(s.strip()) and (len(s.split()) <= 12 or "(" in s):
         return "nav"
@@ -126,6 +137,8 @@ def sentence_kind(s: str) -> str:
         cells = c2
     if _TABLE_ROW.search(s) or cells.count(" | ") >= 2:
         return "table"
+    if is_param_list(s):
+        return "params"
     if (_CODE_LINE.search(s) or _SIGNATURE.match(first) or _OPTION_TERM.match(first)
             or _SYNOPSIS.search(first)):
         return "code"
@@ -149,8 +162,9 @@ def question_form(question: str) -> str:
 
 
 def kind_fits(kind: str, form: str) -> bool:
-    """Tables answer value questions, code answers call questions, navigation text answers none."""
-    return kind == "prose" or (kind == "table" and form == "value") or (kind == "code" and form == "call")
+    """Tables and parameter lists answer value questions (what does it return), code answers call
+    questions, navigation text answers none."""
+    return kind == "prose" or (kind in ("table", "params") and form == "value") or (kind == "code" and form == "call")
 
 
 def is_term(s: str) -> bool:
