@@ -191,8 +191,8 @@ _LIST_ITEM = re.compile(r"^\s*[-*+]\s")
 
 
 def is_description(s: str) -> bool:
-    """Prose that describes, not a parameter list ("- path {string}\n- Returns: {string}",
-    which Node's docs put between a signature heading and its description)."""
+    """Prose that describes: no parameter list (kind params: "- path {string}\n- Returns: {string}",
+    which Node's docs put between a signature heading and its description), nor another bare list."""
     lines = [ln for ln in s.split("\n") if ln.strip()]
     return sentence_kind(s) == "prose" and not (lines and all(_LIST_ITEM.match(ln) for ln in lines))
 
