@@ -43,6 +43,7 @@ def main(argv=None) -> None:
     from transforms.query.engine import QAEngine
     from transforms.query.extract import question_form
     from transforms.query.questions import Question, read_questions
+    from transforms.query.rerank import VectorCache
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--index", default=os.path.join(ROOT, "out", "index"))
@@ -69,7 +70,7 @@ def main(argv=None) -> None:
                      or want in r.answer.split(" [", 1)[0]]
         best = float("inf")
         for _ in range(args.repeats):
-            engine.sentence_vectors._vec.clear()  # every run embeds its descriptions again
+            engine.sentence_vectors = VectorCache(engine.sentence_vectors.max_entries)  # embeds them again
             t = time.perf_counter()
             engine.answer_batch(calls, top_k=10)
             best = min(best, time.perf_counter() - t)

@@ -231,14 +231,15 @@ class AnswerSide:
         heads = self.reranker.rerank(texts, [c[:head_n] for c in cands], cache=self.sentence_vectors)
         t.append(time.perf_counter())
         self._set_idf(rankings)
-        # the answerer reads the reranked head, then the fused tail (a call question's further definitions)
-        results = self.answer(texts, [h + c[head_n:] for h, c in zip(heads, cands)], qvecs)
+        # the reranker reorders the head; the fused tail follows. The answerer reads both (a call
+        # question's further definitions), the records rank by it
+        read = [h + c[head_n:] for h, c in zip(heads, cands)]
+        results = self.answer(texts, read, qvecs)
         t.append(time.perf_counter())
         ms = {name: round((t[i + 1] - t[i]) * 1000 / max(1, len(questions)), 3)
               for i, name in enumerate(("embed", "retrieve", "rerank", "answer")) if i + 1 < len(t)}
         out = []
-        for q, r, head, tail, res in zip(questions, rankings, heads, cands, results):
-            ranked = head + tail[head_n:]  # the reranker reorders the head; the fused tail follows
+        for q, r, head, ranked, res in zip(questions, rankings, heads, read, results):
             rec = AnswerRecord(
                 id=q.id, question=q.question, answer=res.answer, status=res.status, error=res.error,
                 citations=res.citations, invalid_citations=res.n_invalid_citations,

@@ -394,24 +394,22 @@ class SentenceAnswerer:
         no = c.chunk_no
         return self.store is not None and no is not None and bool(self.store.has_vectors[int(no)])
 
+    def _sentences_of(self, c: Candidate) -> tuple[list[str], Optional[range]]:
+        """A chunk's sentences and, when the index stored their vectors, their store rows."""
+        if self._stored(c):
+            r, text = self.store.rows(int(c.chunk_no)), c.text or ""
+            return [text[s:e] for s, e in zip(self.store.start[r], self.store.end[r])], r
+        return candidate_sentences(c), None
+
     def pairs(self, cands: list[Candidate]) -> list[tuple[int, str]]:
         """(candidate index, sentence) pairs, in the order `sentences` gives them."""
-        flat: list[tuple[int, str]] = []
-        for ci, c in enumerate(cands):
-            if self._stored(c):
-                r = self.store.rows(int(c.chunk_no))
-                flat.extend((ci, (c.text or "")[s:e]) for s, e in zip(self.store.start[r], self.store.end[r]))
-            else:
-                flat.extend((ci, s) for s in candidate_sentences(c))
-        return flat
+        return [(ci, s) for ci, c in enumerate(cands) for s in self._sentences_of(c)[0]]
 
-    def alone_mask(self, question: str, flat: list[tuple[int, str]], cands: list[Candidate]) -> np.ndarray:
-        """The call descriptions (`definitions`) a call question scores by their own vectors: up to
-        call_definitions_alone of them, those sharing most of the question's words (a bounded cost)."""
+    def alone_mask(self, question: str, flat: list[tuple[int, str]], described: np.ndarray) -> np.ndarray:
+        """Of a call question's descriptions (`described`: `definitions`), those it scores by their
+        own vectors: up to call_definitions_alone, those sharing most of its words (a bounded cost)."""
         n = self.p.call_definitions_alone
-        if not n or not flat or question_form(question) != "call":
-            return np.zeros(len(flat), bool)
-        mask = definitions(flat, cands)
+        mask = described
         if mask.sum() > n:
             qwords = content_words(question)
             share = {int(i): len(loose_overlap(qwords, call_words(flat[i][1]))) for i in np.flatnonzero(mask)}
@@ -423,33 +421,30 @@ class SentenceAnswerer:
         if not self.p.call_definitions_alone or question_form(question) != "call":
             return []
         flat = self.pairs(cands)
-        return [f for f, m in zip(flat, self.alone_mask(question, flat, cands)) if m]
+        return [f for f, m in zip(flat, self.alone_mask(question, flat, definitions(flat, cands))) if m]
 
     def sentences(self, qv: np.ndarray, cands: list[Candidate], cache) -> tuple[list[tuple[int, str]], np.ndarray, np.ndarray]:
         """(candidate index, sentence) pairs, their cosines with qv, and their unit vectors."""
-        flat = self.pairs(cands)
+        flat: list[tuple[int, str]] = []
         vecs = []
-        for c in cands:
-            if self._stored(c):
-                r = self.store.rows(int(c.chunk_no))
-                if r.stop > r.start:
-                    vecs.append(self.store.vec[r].astype(np.float32) * self.store.inv_norm[r][:, None])
-            else:
-                ss = candidate_sentences(c)
-                if ss:
-                    vecs.append(cache.matrix(ss))
+        for ci, c in enumerate(cands):
+            ss, r = self._sentences_of(c)
+            if ss:
+                flat.extend((ci, s) for s in ss)
+                vecs.append(cache.matrix(ss) if r is None
+                            else self.store.vec[r].astype(np.float32) * self.store.inv_norm[r][:, None])
         if not flat:
             return flat, np.zeros(0, np.float32), np.zeros((0, len(qv)), np.float32)
         mat = np.concatenate(vecs)
         return flat, mat @ qv, mat
 
-    def definitions_alone(self, question: str, qv: np.ndarray, flat, mat: np.ndarray, cands: list[Candidate],
+    def definitions_alone(self, question: str, qv: np.ndarray, flat, mat: np.ndarray, described: np.ndarray,
                           cache) -> tuple[np.ndarray, np.ndarray]:
         """(cosines, vectors) with a call's description scored by its own vector: it names its
         subject ("The path.basename() method returns ..."), while its late-chunked vector also
         holds the rest of the section (examples, platform notes), which drowns what the call
         does. `answer` embeds the batch's descriptions in one call; the cache keeps them."""
-        mask = self.alone_mask(question, flat, cands)
+        mask = self.alone_mask(question, flat, described)
         if mask.any():
             texts = [s for (_, s), m in zip(flat, mask) if m]
             cache = cache if cache is not None else VectorCache()
@@ -458,15 +453,13 @@ class SentenceAnswerer:
             mat[mask] = cache.matrix(texts)
         return mat @ qv, mat
 
-    def score(self, question: str, qv: np.ndarray, cands: list[Candidate], cache=None, alone: bool = False):
-        """(pairs, scores, vectors): every candidate sentence's score for this question; with
-        `alone`, a call question's descriptions scored by their own vectors (selection only)."""
+    def score(self, question: str, qv: np.ndarray, cands: list[Candidate], cache=None, sentences=None):
+        """(pairs, scores, vectors): every candidate sentence's score for this question, from
+        `sentences` ((pairs, cosines, vectors) of these candidates) when given."""
         p = self.p
-        flat, cos, mat = self.sentences(qv, cands, cache)
+        flat, cos, mat = sentences if sentences is not None else self.sentences(qv, cands, cache)
         if not flat:
             return flat, cos, mat
-        if alone:
-            cos, mat = self.definitions_alone(question, qv, flat, mat, cands, cache)
         score = cos.astype(np.float64)
         self._evidence = None
         qwords = content_words(question)
@@ -629,16 +622,25 @@ class SentenceAnswerer:
         if evidence < self.p.threshold:
             return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found", evidence_score=evidence)
         n_top = len(cands)  # the top chunks; extra ones are read for definitions only
-        if extra or (self.p.call_definitions_alone and question_form(question) == "call"):
-            # A call question's answer is often a definition further down the list: API docs
-            # give each call a short section (term line, then its description) that shares few
-            # words with the question beside the module's prose. Of the further chunks, only
-            # such descriptions are candidates.
-            cands = cands + list(extra or [])
-            flat, score, mat = self.score(question, qv, cands, cache, alone=True)
-            top = np.array([ci < n_top for ci, _ in flat], bool)
-            score = np.where(top | definitions(flat, cands), score, _SET_ASIDE)
-        picked = self.select(flat, score, mat, question, definitions(flat, cands))
+        described = None  # a call question's descriptions of calls (`definitions`)
+        if question_form(question) == "call":
+            alone = bool(self.p.call_definitions_alone)
+            if not (extra or alone):
+                described = definitions(flat, cands)
+            else:
+                # A call question's answer is often a definition further down the list: API docs
+                # give each call a short section (term line, then its description) that shares few
+                # words with the question beside the module's prose. Of the further chunks, only
+                # such descriptions are candidates.
+                cands = cands + list(extra or [])
+                flat, cos, mat = self.sentences(qv, cands, cache)
+                described = definitions(flat, cands)
+                if alone:  # selection only: the evidence above was read from late-chunked vectors
+                    cos, mat = self.definitions_alone(question, qv, flat, mat, described, cache)
+                flat, score, mat = self.score(question, qv, cands, cache, sentences=(flat, cos, mat))
+                top = np.array([ci < n_top for ci, _ in flat], bool)
+                score = np.where(top | described, score, _SET_ASIDE)
+        picked = self.select(flat, score, mat, question, described)
         pairs = self.table_lookup(self.lead_term([flat[i] for i in picked], cands, question),
                                   flat, score, n_top, question)
         check = cite_sentences(pairs, cands)
