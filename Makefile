@@ -7,7 +7,7 @@ INDEX   ?= out/index
 ANSWERS ?= out/answers.jsonl
 
 .PHONY: run test test-core test-flink models flink-setup demo-flink bench bench-quick bench-s3 bench-flink bench-nightly \
-        bench-eval bench-models bench-scale docs install clean s3-up s3-down demo-s3 llm-setup
+        bench-eval bench-models bench-scale devsets docs install clean s3-up s3-down demo-s3 llm-setup
 
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -89,6 +89,11 @@ bench-nightly: $(STAMP)
 # The tuning studies in bench/studies/ read those indexes.
 bench-eval: $(STAMP)
 	$(BIN)/python -m bench.eval_all
+
+# Dev sets of real FAQ questions (perlfaq, gitfaq, sqlitefaq) from Debian's perl-doc, git-doc and
+# sqlite3-doc, fetched with apt-get download and cached in ~/.cache/ragbeam/debs; out/devsets/<name>/.
+devsets: $(STAMP)
+	$(BIN)/python -m bench.faq_devsets
 
 # The configuration reference, generated from configs/schema.py.
 docs: $(STAMP)
