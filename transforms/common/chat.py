@@ -8,11 +8,14 @@ a bad reply and a rerun can ask again.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
 import urllib.request
 from typing import Optional, Protocol
+
+from transforms.common.bounded_http import ReplyTooLarge, open_and_read
 
 
 class ChatClient(Protocol):
@@ -25,6 +28,19 @@ class BackendError(RuntimeError):
 
 
 _RETRY_HTTP = {408, 425, 429, 500, 502, 503, 504}
+
+
+_ERROR_BYTES = 300  # of an HTTP error body, kept for the message (and never more read)
+# A reply may hold max_tokens tokens; one token is a few bytes, up to ~6 per character once
+# JSON escapes it. 64 bytes a token and 16 KiB for the envelope (id, usage, timings) is far
+# above any honest reply and keeps a hostile one from filling memory (issue 35, item 9).
+_REPLY_BYTES_PER_TOKEN = 64
+_REPLY_ENVELOPE_BYTES = 16 * 1024
+
+
+def reply_byte_cap(max_tokens: int) -> int:
+    """The most bytes of one reply an OpenAI-compatible client reads for max_tokens."""
+    return _REPLY_ENVELOPE_BYTES + _REPLY_BYTES_PER_TOKEN * max(1, int(max_tokens))
 
 
 def _attempts(last: int) -> str:
@@ -49,12 +65,13 @@ class OpenAICompatibleClient:
             self._basic = base64.b64encode(f"{unquote(user or '')}:{unquote(password or '')}".encode()).decode()
         self.model = model
         self.api_key = api_key
-        self.budget_s = budget_s  # total seconds of requests this client may spend
+        self.budget_s = budget_s  # a deadline: seconds from the first request after which nothing is asked or read
         self.budget_key = budget_key  # the config key that set it, for the message
-        self._spent = 0.0
+        self._budget_ends: Optional[float] = None  # set at the first request (_budget_deadline)
         self._budget_lock = __import__("threading").Lock()
         self.timeout = timeout
         self.max_tokens = max_tokens
+        self.max_reply_bytes = reply_byte_cap(max_tokens)  # bytes of one reply read, at most
         self.temperature = temperature
         self.retries = retries
         self.backoff_s = backoff_s
@@ -73,26 +90,28 @@ class OpenAICompatibleClient:
         elif self._basic:
             headers["Authorization"] = f"Basic {self._basic}"
         for attempt in range(self.retries + 1):
-            timeout = self._time_left()
+            seconds = self._time_left()  # this request's deadline: timeout_s, or what the budget leaves
             req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-            t0 = time.monotonic()
             try:
-                with urllib.request.urlopen(req, timeout=timeout) as resp:
-                    payload = json.loads(resp.read().decode("utf-8"))
+                raw = open_and_read(req, seconds, self.max_reply_bytes, _ERROR_BYTES)
+                payload = json.loads(raw.decode("utf-8"))
                 break
+            except ReplyTooLarge as e:  # the same request gets the same reply: not retried
+                raise BackendError(f"reply from {self.shown_url} refused: {e} "
+                                   f"(max_tokens {self.max_tokens})") from None
             except urllib.error.HTTPError as e:
-                detail = e.read()[:300].decode("utf-8", "replace")
+                detail = getattr(e, "detail", "")
                 if e.code not in _RETRY_HTTP or attempt == self.retries:
                     raise BackendError(f"HTTP {e.code} from {self.shown_url} ({_attempts(attempt)}): "
                                        f"{detail}") from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError,
+                    http.client.HTTPException) as e:
+                self._check_budget()  # a request the budget's deadline cut says so
                 if attempt == self.retries:
                     raise BackendError(f"request to {self.shown_url} failed ({_attempts(attempt)}): {e}") from None
-            except ValueError as e:  # a reply that is not JSON
+            except ValueError as e:  # a reply that is not JSON (or not UTF-8)
                 raise BackendError(f"reply from {self.shown_url} is not JSON: {e}") from None
-            finally:
-                self._spend(time.monotonic() - t0)
-            time.sleep(min(self.backoff_s * (2 ** attempt), self._time_left()))
+            time.sleep(max(0.0, min(self.backoff_s * (2 ** attempt), self._time_left())))
         try:
             content = payload["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
@@ -101,18 +120,27 @@ class OpenAICompatibleClient:
             raise BackendError(f"unexpected content type: {type(content).__name__}")
         return content or ""
 
-    def _spend(self, seconds: float) -> None:
+    def _budget_deadline(self) -> Optional[float]:
+        """When the budget runs out: budget_s after this client's first request (None: no budget)."""
+        if self.budget_s is None:
+            return None
         with self._budget_lock:
-            self._spent += seconds
+            if self._budget_ends is None:
+                self._budget_ends = time.monotonic() + self.budget_s
+            return self._budget_ends
+
+    def _check_budget(self) -> None:
+        ends = self._budget_deadline()
+        if ends is not None and time.monotonic() >= ends:
+            raise BackendError(f"{self.budget_key} ({self.budget_s:g} s of generator time) is spent")
 
     def _time_left(self) -> float:
-        """This request's timeout: the per-request timeout, capped by what is left of the budget."""
-        if self.budget_s is None:
-            return self.timeout
-        left = self.budget_s - self._spent
-        if left <= 0:
-            raise BackendError(f"{self.budget_key} ({self.budget_s:g} s of generator time) is spent")
-        return min(self.timeout, left)
+        """This request's deadline in seconds from now: timeout_s, capped by what is left of the
+        budget (a deadline for the whole run, counted from the first request). Both hold while the
+        reply is being read (bounded_http.open_and_read), not only between socket reads."""
+        self._check_budget()
+        ends = self._budget_deadline()
+        return self.timeout if ends is None else min(self.timeout, ends - time.monotonic())
 
 
 class BedrockClient:

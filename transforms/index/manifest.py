@@ -39,6 +39,7 @@ def reconcile(counters: dict[str, int], listed: int, skipped: int = 0) -> dict:
     if "llm_contexts_written" in counters or "llm_contexts_failed" in counters:  # contextualize.kind: llm
         summary["llm_contexts_written"] = c("llm_contexts_written")
         summary["llm_contexts_failed"] = c("llm_contexts_failed")  # chunks left with their title path
+        summary["llm_contexts_cut"] = c("llm_contexts_cut")  # replies cut to chunk.context_tokens before caching
     # every parsed document is one that was chunked (indexed, empty or dead-lettered in chunking),
     # a verbatim duplicate or a near-duplicate: the chunk stage's document rows plus its failures
     chunked_documents = c("document_rows") + c("dead_lettered_chunk")
@@ -120,6 +121,7 @@ def format_summary(s: dict) -> str:
          if s.get("skipped_at_listing") else []) + [
         f"chunks       {s['chunks']} chunked, {s['embedded']} embedded, {s['cache_hits']} from the embedding cache"
         + (f"; llm contexts {s['llm_contexts_written']} written, {s['llm_contexts_failed']} failed (title path kept)"
+           + (f", {s['llm_contexts_cut']} cut to chunk.context_tokens" if s.get("llm_contexts_cut") else "")
            if "llm_contexts_written" in s else ""),
         f"time         {s['wall_s']:.1f} s wall, pipeline {s['pipeline_s']:.1f} s"
         f"  ({docs_rate:.1f} objects/s, {rate:.1f} chunks/s)",
