@@ -33,7 +33,8 @@ perlfaq2,4,6,8 eval; gitfaq by its sections, alternating in document order (the 
 "<split>-<page>-<n>" (so `ragbeam eval` reports tune and eval as groups),
 queries.jsonl carries metadata.split, and qrels/tune.tsv and qrels/eval.tsv hold each half
 (qrels/test.tsv: both); `ragbeam eval --dataset DIR --qrels DIR/qrels/eval.tsv` evaluates one
-half. Questions whose gold page is not in the corpus are dropped.
+half. Questions whose gold page is not in the corpus are dropped, and so are those whose answer
+points to more than MAX_GOLD pages (perlfaq3's "How do I do (anything)?", 23 pages).
 
 Output: <out>/<name>/{docs/, queries.jsonl, qrels/{test,tune,eval}.tsv, answers.jsonl,
 licenses/, README.md}. Never built from the Python documentation's FAQ (held back).
@@ -59,6 +60,11 @@ PACKAGES = {"perlfaq": "perl-doc", "gitfaq": "git-doc", "sqlitefaq": "sqlite3-do
 # the requirements dump, capi3ref (every c3ref/ page again on one page) and release history
 SQLITE_SKIP = re.compile(r"^(faq|index|docs|sitemap|toc|keyword_index|doc_\w+_crossref|requirements|"
                          r"syntaxdiagrams|capi3ref|changes|chronology|news|releaselog)\.html$")
+MAX_GOLD = 8  # a question whose answer points to more pages is a reading list, not a question: dropped
+# builtins too common in answers to point anywhere by themselves (syntax, not the answer)
+PERL_STOP = {"print", "my", "our", "local", "return", "sub", "do", "if", "for", "foreach", "while",
+             "until", "unless", "else", "elsif", "last", "next", "redo", "use", "no", "package",
+             "require", "and", "or", "not", "xor", "x", "eq", "ne", "lt", "gt", "le", "ge", "cmp"}
 QUOTE_LIKE = {"s", "y", "tr", "m", "q", "qq", "qw", "qx", "qr"}  # perlfunc items documented in perlop
 
 
@@ -187,7 +193,7 @@ def _code_phrase(code: str, builtins: set[str]) -> Optional[str]:
     if re.fullmatch(r"[A-Z]\w*(?:::\w+)+", code):
         return code
     m = re.match(r"([a-z_][a-z_0-9]*)(?:\(|\s|$)", code)
-    if m and m.group(1) in builtins and m.group(1) not in QUOTE_LIKE:
+    if m and m.group(1) in builtins and m.group(1) not in QUOTE_LIKE and m.group(1) not in PERL_STOP:
         return m.group(1)
     return None
 
@@ -226,10 +232,6 @@ def perlfaq_questions(pod: str, page: str, builtins: set[str]) -> list[dict]:
     return out
 
 
-# builtins too common in answers to point anywhere by themselves (syntax, not the answer)
-PERL_STOP = {"print", "my", "our", "local", "return", "sub", "do", "if", "for", "foreach", "while",
-             "until", "unless", "else", "elsif", "last", "next", "redo", "use", "no", "package",
-             "require", "and", "or", "not", "x", "lc", "uc", "eq", "ne", "lt", "gt", "le", "ge", "cmp"}
 
 
 def perl_gold(q: dict, keys: dict[str, str], body_names: Iterable[str] = ()) -> tuple[list[str], str]:
@@ -346,7 +348,9 @@ def alternate_split(sections: Iterable[str]) -> dict[str, str]:
 # --- writing ------------------------------------------------------------------------------
 
 def write_set(out: Path, name: str, items: list[dict], readme: str, licence: str) -> dict:
-    """items: {id, question, split, source, gold: [doc keys], phrases}. docs/ is already there."""
+    """items: {id, question, split, source, gold: [doc keys], phrases}, written less those with
+    more than MAX_GOLD gold pages. docs/ is already there."""
+    items = [it for it in items if len(it["gold"]) <= MAX_GOLD]
     (out / "qrels").mkdir(parents=True, exist_ok=True)
     (out / "licenses").mkdir(exist_ok=True)
     shutil.copy(licence, out / "licenses" / os.path.basename(licence))
