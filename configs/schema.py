@@ -17,6 +17,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from transforms.common.redact import (SECRET_KEYS, config_secret_values, declare_schema,  # noqa: F401
+                                      is_secret_path, register_secret_values)
+
 CONFIG_DIR = Path(__file__).parent
 DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
 
@@ -26,7 +29,15 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: inf, -inf and nan are refused for every float key (issue 35, item 6):
+    # a NaN weight makes every score NaN, and a NaN evidence compares as neither low nor high.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _secret(description: str):
+    """A secret key: never in reprs, errors, logs, manifests or reports (transforms/common/redact.py
+    reads the mark; a key named like a credential is secret even without it)."""
+    return Field(None, repr=False, json_schema_extra={"secret": True}, description=description)
 
 
 class RunnerConfig(_Strict):
@@ -47,8 +58,8 @@ class S3Config(_Strict):
     endpoint_url: Optional[str] = Field(None, description="S3-compatible endpoint (SeaweedFS, MinIO); unset: AWS")
     region: Optional[str] = Field(None, description="the store's region")
     # Secrets: never in reprs, errors, logs or manifests; workers take theirs from their environment.
-    access_key_id: Optional[str] = Field(None, repr=False, description="access key; unset: the boto3 chain")
-    secret_access_key: Optional[str] = Field(None, repr=False, description="secret key; unset: the boto3 chain")
+    access_key_id: Optional[str] = _secret("access key; unset: the boto3 chain")
+    secret_access_key: Optional[str] = _secret("secret key; unset: the boto3 chain")
 
 
 class SourceConfig(_Strict):
@@ -268,7 +279,7 @@ class AnswerConfig(_Strict):
                                         "vector, embedded when answering, not its late-chunked one; 0: off")
     base_url: Optional[str] = Field(None, description="openai: the endpoint (http or https)")
     model: Optional[str] = Field(None, description="openai, bedrock: the model name")
-    api_key: Optional[str] = Field(None, repr=False, description="openai: the API key")
+    api_key: Optional[str] = _secret("openai: the API key")
     region: Optional[str] = Field(None, description="bedrock: the AWS region")
     timeout_s: float = Field(30.0, gt=0, le=3600, description="seconds for one request to the generator backend")
     retries: int = Field(2, ge=0, le=10, description="extra attempts after a timeout or a retryable HTTP status")
@@ -292,7 +303,7 @@ class LLMConfig(_Strict):
     server (llama.cpp's llama-server, vLLM, Ollama). The answer generator has its own keys under answer."""
     base_url: Optional[str] = Field(None, description="the endpoint (http or https), e.g. http://127.0.0.1:8080/v1")
     model: Optional[str] = Field(None, description="the model name the server serves")
-    api_key: Optional[str] = Field(None, repr=False, description="the API key")
+    api_key: Optional[str] = _secret("the API key")
     timeout_s: float = Field(120.0, gt=0, le=3600, description="seconds for one request")
     retries: int = Field(2, ge=0, le=10, description="extra attempts after a timeout or a retryable HTTP status")
     backoff_s: float = Field(1.0, ge=0, le=300, description="seconds before the first retry")
@@ -372,6 +383,15 @@ class Config(_Strict):
     output: OutputConfig = OutputConfig()
     gate: Optional[GateConfig] = Field(None, description="unset: no gate")
 
+    # Every secret value this config holds is known to redact_text in any process that holds the
+    # config: where it was loaded, and on a worker that unpickled it (issue 35, item 2).
+    def model_post_init(self, context: Any) -> None:
+        register_secret_values(config_secret_values(self))
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        register_secret_values(config_secret_values(self))
+
     # What the config leaves unset is the embedding profile's fit (profiles.ScoreFit): fusion and
     # the evidence model were fitted on one model's scores and do not carry over to another's.
     @property
@@ -432,7 +452,7 @@ def _expand_env(value: Any, where: str, environ) -> Any:
     return value
 
 
-from transforms.common.redact import SECRET_KEYS, is_secret_path  # noqa: E402,F401  (one list of secrets)
+declare_schema(Config)  # the secret keys are read off the schema: one list, never kept by hand
 
 
 def _field_wants_structure(path: list[str]) -> bool:
@@ -453,35 +473,59 @@ def _field_wants_structure(path: list[str]) -> bool:
     return bool(origins & {list, dict}) or model is not None
 
 
-def _apply_env_overrides(data: dict, environ) -> dict:
+ENV_PREFIX = "RAGBEAM__"
+# One name of a section or key as a variable spells it: letters and digits, single underscores inside.
+_ENV_PART = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)*")
+
+
+def _apply_env_overrides(data: dict, environ, origins: Optional[dict] = None) -> dict:
     """RAGBEAM__SECTION__KEY=value. The value is a string, taken as written (no YAML: `abc #def`
     stays whole and `null` stays "null"), unless the key's type is a list, a mapping or a section,
-    where it is parsed as YAML/JSON. Numbers and booleans are converted by the schema."""
-    for name, value in environ.items():
-        if not name.startswith("RAGBEAM__"):
+    where it is parsed as YAML/JSON. Numbers and booleans are converted by the schema.
+    A RAGBEAM__ variable that does not spell a key path (`RAGBEAM__`, `RAGBEAM__LLM____MODEL`,
+    `RAGBEAM__LLM__MODEL_`) is refused, naming it, never ignored. `origins` gets each key path
+    an override set, with the variable's name, so errors about its value name the variable."""
+    for name, value in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX):
             continue
-        path = [p.lower() for p in name[len("RAGBEAM__"):].split("__") if p]
-        if not path:
-            continue
+        parts = name[len(ENV_PREFIX):].split("__")
+        if not all(_ENV_PART.fullmatch(p) for p in parts):
+            raise ConfigError(f"environment variable {name}: not a config override: expected "
+                              f"{ENV_PREFIX}SECTION__KEY, names of letters and digits joined by '__' "
+                              f"(e.g. {ENV_PREFIX}LLM__API_KEY); unset it or fix its name")
+        path = [p.lower() for p in parts]
+        if origins is not None:
+            origins[tuple(path)] = name
         node = data
         for part in path[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"{name}: {'.'.join(path)} does not name a config key")
+                raise ConfigError(f"environment variable {name}: {'.'.join(path)} does not name a config key")
         if _field_wants_structure(path) and value.strip():
             from configs.yaml_safe import YamlConfigError, load_yaml
             try:
                 node[path[-1]] = load_yaml(value)
             except YamlConfigError as e:
-                raise ConfigError(f"{name}: {'.'.join(path)}: {e}") from None
+                raise ConfigError(f"environment variable {name}: {'.'.join(path)}: {e}") from None
             except (yaml.YAMLError, RecursionError):
-                raise ConfigError(f"{name}: {'.'.join(path)}: not valid YAML/JSON") from None
+                raise ConfigError(f"environment variable {name}: {'.'.join(path)}: not valid YAML/JSON") from None
         else:
             node[path[-1]] = value
     return data
 
 
-def _format_error(source: str, err: ValidationError) -> str:
+def _origin(key: str, source: str, origins: Optional[dict]) -> str:
+    """Where a key's value came from: the environment variable that set it (or a section above
+    or below it), else the config file."""
+    if origins:
+        path = tuple(p for p in re.split(r"[.\[\]]+", key) if p and not p.isdigit())
+        over = [p for p in origins if path[:len(p)] == p] or [p for p in origins if p[:len(path)] == path]
+        if over:
+            return f"environment variable {origins[max(over, key=len)]}"
+    return source
+
+
+def _format_error(source: str, err: ValidationError, origins: Optional[dict] = None) -> str:
     from transforms.common.redact import redact_text
     lines = []
     for e in err.errors():
@@ -495,7 +539,7 @@ def _format_error(source: str, err: ValidationError) -> str:
                     msg += " (value hidden: secret)"
                 else:
                     msg += f" (got {redact_text(repr(e['input']))[:200]})"
-        lines.append(f"{source}: {key}: {msg}")
+        lines.append(f"{_origin(key, source, origins)}: {key}: {msg}")
     return "\n".join(lines)
 
 
@@ -661,15 +705,16 @@ def load_config(path: str | os.PathLike | None = None, environ=None) -> Config:
         raise ConfigError(f"{source}: cannot read the config file: {type(e).__name__}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of sections at the top level")
-    data = _apply_env_overrides(_expand_env(data, "", environ), environ)
+    origins: dict = {}  # key path -> the RAGBEAM__ variable that set it
+    data = _apply_env_overrides(_expand_env(data, "", environ), environ, origins)
     try:
         cfg = Config.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(_format_error(source, e)) from None
+        raise ConfigError(_format_error(source, e, origins)) from None
     if cfg.embed.model_path and not cfg.embed.model_sha256:
-        raise ConfigError(f"{source}: embed.model_sha256: required when embed.model_path is set "
-                          "(every model file is pinned by its sha256)")
+        raise ConfigError(f"{_origin('embed.model_path', source, origins)}: embed.model_sha256: required when "
+                          "embed.model_path is set (every model file is pinned by its sha256)")
     errors = cross_field_errors(cfg) + _check_runner(cfg)
     if errors:
-        raise ConfigError("\n".join(f"{source}: {e}" for e in errors))
+        raise ConfigError("\n".join(f"{_origin(e.split(':', 1)[0], source, origins)}: {e}" for e in errors))
     return cfg

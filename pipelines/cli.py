@@ -215,6 +215,22 @@ def typo_error(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
 
 
 def main(argv=None) -> int:
+    """The CLI. Everything it prints or logs, and any exception it lets out, has the configured
+    secrets and URL user info masked (issue 35, item 2)."""
+    from transforms.common.redact import RedactingStream, redact_exception, redact_log_record
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(redact_log_record)
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = RedactingStream(out), RedactingStream(err)
+    try:
+        return _main(argv)
+    except BaseException as e:
+        raise redact_exception(e)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # Beam warns at import that Google Cloud client libraries are absent; they are not used here.
     for handler in logging.getLogger().handlers:

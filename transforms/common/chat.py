@@ -54,8 +54,11 @@ class OpenAICompatibleClient:
                  timeout: float = 30, max_tokens: int = 512, temperature: float = 0,
                  retries: int = 2, backoff_s: float = 1.0, budget_s: Optional[float] = None,
                  budget_key: str = "answer.budget_s"):
-        from transforms.common.redact import mask_url, split_userinfo
+        from transforms.common.redact import mask_url, register_secret_values, split_userinfo, url_secrets
         url, user, password = split_userinfo(base_url.rstrip("/"))
+        # masked in every message this client raises, and known to redact_text in this process
+        self._secrets = [s for s in (api_key, *url_secrets(base_url)) if s]
+        register_secret_values(self._secrets)
         self.url = url + "/chat/completions"  # user info never travels in the URL or a message
         self.shown_url = mask_url(self.url)
         self._basic = None
@@ -77,6 +80,15 @@ class OpenAICompatibleClient:
         self.backoff_s = backoff_s
 
     def complete(self, system: str, user: str) -> str:
+        """One reply; whatever it raises (an HTTP error body the server sent back included) has
+        the key and URL password masked (issue 35, item 2)."""
+        try:
+            return self._complete(system, user)
+        except Exception as e:
+            from transforms.common.redact import redact_exception
+            raise redact_exception(e, self._secrets)
+
+    def _complete(self, system: str, user: str) -> str:
         body = json.dumps({
             "model": self.model,
             "messages": [{"role": "system", "content": system},

@@ -117,7 +117,8 @@ class StageFn(beam.DoFn):
                 getattr(element, "content_hash", ""))
 
     def reason(self, error: Exception) -> str:
-        return f"{type(error).__name__}: {error}"
+        from transforms.common.redact import redact_text
+        return redact_text(f"{type(error).__name__}: {error}")  # a dead letter never holds a secret
 
     def on_failure(self, element, reason: str) -> None:
         """Hook for logging; the dead letter itself is emitted by process()."""

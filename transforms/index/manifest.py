@@ -91,14 +91,11 @@ def model_record(spec: ModelSpec) -> dict:
 
 
 def manifest_config(cfg: Config) -> dict:
-    """The config as the manifest shows it: no S3 keys, no API key, no URL user info, and
-    credential-like runner options masked."""
-    from transforms.common.redact import mask_options, mask_url
-    data = cfg.model_dump(mode="json", exclude={"s3": True, "answer": {"api_key"}})
-    if data["answer"].get("base_url"):
-        data["answer"]["base_url"] = mask_url(data["answer"]["base_url"])
-    data["runner"]["options"] = mask_options(data["runner"]["options"])
-    return data
+    """The config as it is written anywhere (the manifest, the eval report): every secret key the
+    schema declares (or names like a credential) shown as ***, credential-like runner options
+    masked, and the user info of every URL in it masked (transforms/common/redact.mask_config)."""
+    from transforms.common.redact import mask_config
+    return mask_config(cfg)
 
 
 def format_summary(s: dict) -> str:

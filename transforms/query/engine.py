@@ -18,6 +18,7 @@ import numpy as np
 from transforms.common.errors import ActionableError
 from transforms.ingest.embed import Embedder, ModelSpec
 from transforms.query.extract import SentenceAnswerer, question_form
+from transforms.query.finite import finite_or_not_found
 from transforms.query.fuse import convex_fuse, rrf_fuse
 from transforms.query.records import AnswerRecord, Candidate, Question
 from transforms.records import record_id_of
@@ -255,7 +256,7 @@ class AnswerSide:
                 index_version=self.version, line=q.line, retryable=getattr(res, "retryable", False))
             if trace:
                 rec.trace = self._trace(r, head, ms, q.question, read=ranked)
-            out.append(rec)
+            out.append(finite_or_not_found(rec))  # a non-finite score: "not found", never "answered"
         return out
 
     def _set_idf(self, rankings: list["Rankings"]) -> None:
