@@ -16,6 +16,8 @@ def _index(args) -> int:
     from transforms.index.manifest import format_summary
 
     cfg = load_config(args.config)
+    from pipelines.options import check_beam_options
+    check_beam_options(cfg, args.beam_args)  # before anything is listed or locked
     if args.dry_run:
         from pipelines.index import dry_run
         print(dry_run(cfg, args.input, args.output))
@@ -50,6 +52,12 @@ def _answer(args) -> int:
     cfg = load_config(args.config)
     if args.format:
         cfg = cfg.model_copy(update={"output": cfg.output.model_copy(update={"format": args.format})})
+    from pipelines.options import check_beam_options, output_format_problem
+    check_beam_options(cfg, args.beam_args)
+    problem = output_format_problem(args.output, cfg.output.format, bool(args.format))
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     from transforms.common.lock import BusyError
     from transforms.query.output_guard import OutputPathError
     from transforms.query.output_stats import OutputExistsError

@@ -38,16 +38,37 @@ def content_problem(head: bytes, fmt: str) -> Optional[str]:
     for magic, what in _MAGIC:
         if head.startswith(magic):
             return f"is {what} (question files are plain {fmt.upper()} text)"
+    problem = encoding_problem(head, fmt)
+    if problem:
+        return problem
     if fmt == "csv" and b"\n" in head:
         import csv
 
+        from transforms.common.decode import decode_lenient
         from transforms.query.questions_csv import header_problem
-        first = head.split(b"\n", 1)[0].decode("utf-8", errors="replace").lstrip("\ufeff")
+        first = decode_lenient(head.split(b"\n", 1)[0]).lstrip("\ufeff")
         try:
             header = [h.strip() for h in next(csv.reader([first.rstrip("\r")]))]
         except (csv.Error, StopIteration):
             return None
         return header_problem(header, first)
+    return None
+
+
+def encoding_problem(head: bytes, fmt: str) -> Optional[str]:
+    """Why a text question file in UTF-16 or UTF-32 is refused whole (issue 35, item 13): its
+    lines are cut at the byte b"\\n", which such text does not have, so every record would be an
+    error without its id. Named by its byte order mark, or by its NUL bytes when it has none."""
+    from transforms.common.decode import WIDE, bom_encoding
+    encoding = bom_encoding(head)
+    if encoding in WIDE:
+        return (f"is {encoding} text (it starts with that byte order mark); question files are UTF-8 "
+                f"{fmt.upper()}: convert it first, e.g. iconv -f {encoding} -t UTF-8")
+    sample = head[:4096]
+    if sample and sample.count(b"\x00") * 4 >= len(sample):  # ASCII in UTF-16/32: every 2nd or 4th byte
+        wide = "UTF-32" if sample.count(b"\x00") * 4 >= len(sample) * 3 else "UTF-16"
+        return (f"holds NUL bytes between its characters: {wide} text without a byte order mark? Question "
+                f"files are UTF-8 {fmt.upper()}: convert it first, e.g. iconv -f {wide}LE -t UTF-8")
     return None
 
 
@@ -76,7 +97,8 @@ def inspect_question_file(uri: str, s3=None) -> QuestionFile:
     st = _stat(uri, s3)
     size = st["size"] if st else None
     if fmt == "parquet":
-        return QuestionFile(uri, fmt, size, st and st["mtime"], st and st["etag"], _row_groups(uri, size, s3))
+        return QuestionFile(uri, fmt, size, st and st["mtime"], st and st["etag"],
+                            _row_groups(uri, size, s3, check_columns=True))
     problem = content_problem(_head(uri, size, s3), fmt)
     if problem:
         raise QuestionFileError(f"{uri}: {problem}")
@@ -132,7 +154,7 @@ def _head(uri: str, size: Optional[int], s3) -> bytes:
         return f.read(HEAD_BYTES)
 
 
-def _row_groups(uri: str, size: Optional[int], s3) -> tuple[int, ...]:
+def _row_groups(uri: str, size: Optional[int], s3, check_columns: bool = False) -> tuple[int, ...]:
     import pyarrow.parquet as pq
     from transforms.query.question_pieces import parquet_file
     try:
@@ -142,6 +164,11 @@ def _row_groups(uri: str, size: Optional[int], s3) -> tuple[int, ...]:
                 md = pq.ParquetFile(f).metadata
         else:
             md = parquet_file(uri, size, s3).metadata
-        return tuple(md.row_group(g).num_rows for g in range(md.num_row_groups))
+        groups = tuple(md.row_group(g).num_rows for g in range(md.num_row_groups))
+        names = md.schema.to_arrow_schema().names
     except Exception as e:
         raise QuestionFileError(f"{uri}: not a readable Parquet file ({type(e).__name__}: {e})") from None
+    if check_columns and "id" not in names and "_id" not in names:  # as a CSV header without one
+        raise QuestionFileError(f"{uri}: Parquet file has no `id` column, so no row has an id (columns: "
+                                f"{', '.join(n[:40] for n in names[:10])})")
+    return groups

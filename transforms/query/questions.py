@@ -12,6 +12,7 @@ import json
 from typing import Iterator, Optional
 
 from transforms.common import storage
+from transforms.common.decode import decode_lenient
 from transforms.common.s3 import is_s3
 from transforms.query.jsonl_lines import DEFAULT_MAX_LINE_BYTES, Window, is_blank, iter_raw_lines, leading_id
 from transforms.query.questions_csv import MAX_FIELD_CHARS, read_csv_questions  # noqa: F401 (re-exported)
@@ -114,7 +115,7 @@ def read_jsonl(f, first_line: int = 1, max_bytes: int = DEFAULT_MAX_LINE_BYTES) 
             yield InputError(f"line {line}: the line is {raw.size} bytes, over the cap of {max_bytes} "
                              "(questions.max_line_bytes)", line, leading_id(raw.data), None)
             continue
-        row = raw.data.decode("utf-8", errors="replace")
+        row = decode_lenient(raw.data)  # UTF-8, else cp1252 (transforms/common/decode.py)
         if line == 1 and row.startswith("\ufeff"):  # a byte order mark is no part of the record
             row = row[1:]
         if is_blank(row):

@@ -8,6 +8,7 @@ import csv
 import re
 from typing import Iterator, Optional
 
+from transforms.common.decode import decode_lenient
 from transforms.query.jsonl_lines import DEFAULT_MAX_LINE_BYTES, RawLine, iter_raw_lines
 from transforms.query.records import InputError, QuestionOrError
 
@@ -30,7 +31,7 @@ def header_problem(header: list[str], first_line: str) -> Optional[str]:
 
 def _stand_in(raw: RawLine) -> str:
     """A short line that leaves csv in the quoting state the whole over-long line would."""
-    head = raw.data.decode("utf-8", errors="replace").replace("\r", " ")
+    head = raw.data.decode("utf-8", errors="replace").replace("\r", " ")  # cut mid-character, maybe
     if head.count('"') % 2 != raw.quotes % 2:
         head += '"'
     return head + "\n"
@@ -52,6 +53,7 @@ class _Lines:
 
     def __init__(self, f, max_bytes: int):
         self.f, self.max_bytes, self.n_fields, self.text = f, max_bytes, 0, ""
+        self.eof = False  # csv asked for a line past the last: a row it returns now ended inside quotes
         self.new_row()
 
     def new_row(self) -> None:
@@ -62,7 +64,7 @@ class _Lines:
             if raw.too_long:
                 parts = [(_stand_in(raw), raw.size, raw.quotes)]
             else:
-                text = raw.data.decode("utf-8", errors="replace") + "\n"
+                text = decode_lenient(raw.data) + "\n"
                 parts = [(p, len(p), -1) for p in _BARE_CR.split(text) if p] if "\r" in text \
                     else [(text, raw.size + 1, -1)]
             for part, size, quotes in parts:
@@ -78,6 +80,7 @@ class _Lines:
                 elif not self.n_fields:
                     self.text += part  # the header, for header_problem
                 yield part
+        self.eof = True
 
 
 def read_csv_questions(f, safe, id_of, max_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[QuestionOrError]:
@@ -85,10 +88,12 @@ def read_csv_questions(f, safe, id_of, max_bytes: int = DEFAULT_MAX_LINE_BYTES) 
     record of a row dict and id_of(rec) reads its id (questions.py's, passed in: no import cycle).
 
     One bad row is one error record: a row over max_bytes, a field over MAX_FIELD_CHARS, a row
-    with more fields than the header, a row csv cannot read. A quoted field that runs over
-    several lines and swallows lines shaped like rows (an unclosed quote) is reported: the row is
-    an error, and every swallowed line is an error record of its own (with its id), so rows in =
-    records out.
+    with more fields than the header, a row csv cannot read. A quoted field may run over lines
+    (whatever they look like) as long as its quote closes; a quote that never closes (the row
+    runs to the end of the file inside it) is reported: the row is an error, and every swallowed
+    line shaped like a row is an error record of its own (with its id), so rows in = records out.
+    Every line ends in "\\n" when csv reads it, so csv asks for a line past the last only from
+    inside a quoted field: a row returned after that never closed its quote.
     """
     _safe, _id_of = safe, id_of
     lines = _Lines(f, max_bytes)
@@ -122,7 +127,8 @@ def read_csv_questions(f, safe, id_of, max_bytes: int = DEFAULT_MAX_LINE_BYTES) 
             if not row or not any(f.strip() for f in row):
                 continue
             rec = dict(zip(header, row))
-            swallowed = lines.shaped
+            unclosed = lines.eof  # the row ended at the end of the file, inside its quote
+            swallowed = lines.shaped if unclosed else []
             if lines.over:
                 cut = header[len(row) - 1] if len(row) <= len(header) else None  # the field cut short
                 yield InputError(f"line {line}: the row is {lines.size} bytes, over the cap of {max_bytes} "
@@ -137,10 +143,10 @@ def read_csv_questions(f, safe, id_of, max_bytes: int = DEFAULT_MAX_LINE_BYTES) 
                 long = [h for h, f in zip(header, row) if len(f) > MAX_FIELD_CHARS]
                 yield InputError(f"line {line}: field {long[0]!r} is longer than {MAX_FIELD_CHARS} "
                                  "characters", line, _id_of(rec) if "id" not in long else None, None)
-            elif swallowed:
-                yield InputError(f"line {line}: a quoted field runs over lines {line}-{end} and holds "
-                                 f"{len(swallowed)} line(s) shaped like rows (unclosed quote?)", line,
-                                 _id_of(rec), None)
+            elif unclosed:
+                held = f" and holds {len(swallowed)} line(s) shaped like rows" if swallowed else ""
+                yield InputError(f"line {line}: unclosed quote: a quoted field opened here runs to the end of "
+                                 f"the file (line {end}){held}", line, _id_of(rec), None)
             else:
                 yield _safe(rec, line)
                 continue

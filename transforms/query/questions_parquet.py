@@ -40,6 +40,7 @@ def parquet_rows(batches, first_line: int, max_bytes: int,
     """Record batches -> one Question or InputError per row, numbered from first_line."""
     line = first_line
     for batch in batches:
+        batch = numbers_as_text(batch)
         sizes = np.zeros(batch.num_rows, np.int64)
         for col in batch.columns:
             sizes += value_bytes(col)
@@ -54,6 +55,25 @@ def parquet_rows(batches, first_line: int, max_bytes: int,
                                  f"{max_bytes} (questions.max_line_bytes)", line, _small_id(batch, i, id_of), None)
                 line += 1
             start = i + 1
+
+
+QUESTION_COLUMNS = ("question", "text")
+
+
+def numbers_as_text(batch):
+    """The batch with a numeric question column as text (a question "42" written by a tool that
+    typed the column as integers is a question, not a missing one: issue 35, item 18); a number
+    that is a whole float (pandas' nullable integers) reads as the integer."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    for name in QUESTION_COLUMNS:
+        if name not in batch.schema.names:
+            continue
+        i = batch.schema.get_field_index(name)
+        t = batch.schema.field(i).type
+        if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+            batch = batch.set_column(i, name, pc.cast(batch.column(i), pa.string()))
+    return batch
 
 
 def _small_id(batch, i: int, id_of):

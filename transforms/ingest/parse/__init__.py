@@ -10,7 +10,7 @@ import dataclasses
 import json
 import posixpath
 import re
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional, Union
 
 import apache_beam as beam
 
@@ -18,15 +18,17 @@ from transforms.common.counters import DEAD_LETTER
 from transforms.common.fault_injection import drop_point
 from transforms.common.stage import Outputs, StageFn
 from transforms.ingest.parse.base import ParseError
-from transforms.ingest.parse.limits import ParseLimits, check_text, text_chars
+from transforms.ingest.parse.limits import ParseLimits, check_before_parsing, check_text, text_chars, utf8_chars
 from transforms.records import Document, RawObject, UniqueObject
 
-PARSER_VERSION = "3"  # bump whenever parser output changes (forces re-indexing); 2: OCR of scanned pages;
+PARSER_VERSION = "4"  # bump whenever parser output changes (forces re-indexing); 2: OCR of scanned pages;
 # 3: a JSONL record's doc_id is "<record id>@<12 hex of its file's key>", and HTML nested past
-# libxml2's depth limit is read to its end (issue 20)
+# libxml2's depth limit is read to its end (issue 20); 4: UTF-16/32 text read by its byte order
+# mark, cp1252 (not Latin-1) for text that is not UTF-8, no C1 controls, man pages keep the text
+# after an unterminated .de or \{ (issue 35)
 
-__all__ = ["PARSER_VERSION", "ParseError", "sniff_format", "parse_object",
-           "parse_object_with_errors", "acl_for", "parse_unique", "ParseFn", "ParseObjects"]
+__all__ = ["PARSER_VERSION", "ParseError", "sniff_format", "parse_object", "parse_object_with_errors",
+           "iter_parse_object", "acl_for", "parse_unique", "iter_parse_unique", "ParseFn", "ParseObjects"]
 
 AclRules = tuple[tuple[str, tuple[str, ...]], ...]  # (key prefix, groups)
 
@@ -111,26 +113,55 @@ def parse_object_with_errors(raw: RawObject, source_uris: Optional[list[str]] = 
     document may inflate to (limits.ParseLimits; None: the defaults); a JSONL record past
     max_text_chars is a bad line, any other document past it a ParseError.
     """
+    docs: list[Document] = []
+    errors: list[str] = []
+    for item in iter_parse_object(raw, source_uris, ocr, limits):
+        (errors if isinstance(item, str) else docs).append(item)
+    return docs, errors
+
+
+def iter_parse_object(raw: RawObject, source_uris: Optional[list[str]] = None, ocr=None,
+                      limits: Optional[ParseLimits] = None) -> Iterator[Union[Document, str]]:
+    """parse_object_with_errors one item at a time: each Document, or a bad record's reason (a
+    str), as it is made, so a JSONL file of a million records is never held as a million
+    Documents. Raises ParseError (when nothing usable comes out) before yielding any Document;
+    a JSONL file's bad lines before its first good one are held until then."""
     limits = limits or ParseLimits()
+    raw = _as_utf8(raw, limits)
     fmt = sniff_format(raw.key, raw.data)
     if fmt == "binary":
         raise ParseError(f"binary content: {_describe(raw.data)}")
     try:
         if fmt == "jsonl":
-            from transforms.ingest.parse.jsonl import parse_jsonl
-            docs, errors = parse_jsonl(raw, source_uris, limits)
-            if not docs:
-                first = f" ({errors[0]}" + (f"; +{len(errors) - 1} more)" if len(errors) > 1 else ")") \
-                    if errors else ""
+            from transforms.ingest.parse.jsonl import iter_jsonl
+            held: list[str] = []
+            found = False
+            for item in iter_jsonl(raw, source_uris, limits):
+                if found:
+                    yield item
+                elif isinstance(item, str):
+                    held.append(item)
+                else:
+                    found = True
+                    yield from held
+                    held = []
+                    yield item
+            if not found:
+                first = f" ({held[0]}" + (f"; +{len(held) - 1} more)" if len(held) > 1 else ")") \
+                    if held else ""
                 raise ParseError(f"no valid records{first}")
-            return docs, errors
+            return
         if fmt == "pdf":  # per-page OCR problems come back like bad JSONL lines ("page 3: ...")
             from transforms.ingest.parse.pdf import parse_pdf_with_errors
-            return parse_pdf_with_errors(raw, source_uris, ocr, limits)
+            docs, errors = parse_pdf_with_errors(raw, source_uris, ocr, limits)
+            yield from docs
+            yield from errors
+            return
+        check_before_parsing(fmt, utf8_chars(raw.data), limits)  # before any copy of the text is made
         docs = _parsers()[fmt](raw, source_uris)
         for doc in docs:
             check_text(text_chars(doc.sections), limits)
-        return docs, []
+        yield from docs
     except ParseError:
         raise
     except RecursionError as e:
@@ -138,6 +169,26 @@ def parse_object_with_errors(raw: RawObject, source_uris: Optional[list[str]] = 
     except Exception as e:
         msg = str(e).replace("\n", " ")[:200]
         raise ParseError(f"{fmt} parser failed: {type(e).__name__}: {msg}") from e
+
+
+def _as_utf8(raw: RawObject, limits: ParseLimits) -> RawObject:
+    """A UTF-16 or UTF-32 file (by its byte order mark) as UTF-8 bytes, so every parser and the
+    sniffer read it as they read any text; its hash and size stay the file's. One its mark's
+    encoding cannot decode is a ParseError naming the encoding; one whose characters cannot fit
+    max_text_chars (times the most any format may hold before parsing) is refused undecoded."""
+    from transforms.common.decode import WIDE, DecodeError, bom_encoding, bom_length, decode_document
+    encoding = bom_encoding(raw.data)
+    if encoding not in WIDE:
+        return raw
+    body = len(raw.data) - bom_length(encoding)
+    check_before_parsing("html", body // 4, limits)  # at least one character per 4 bytes
+    try:
+        text = decode_document(raw.data)
+    except DecodeError as e:
+        raise ParseError(str(e)) from None
+    if "\x00" in text:
+        raise ParseError(f"binary content: NUL characters in {encoding} text")
+    return dataclasses.replace(raw, data=text.encode("utf-8"))
 
 
 def parse_object(raw: RawObject, source_uris: Optional[list[str]] = None) -> list[Document]:
@@ -170,20 +221,33 @@ def parse_unique(unique: UniqueObject, acl_rules: AclRules = (), acl_root: Optio
     Documents carry the file's hash as `source_hash` and the groups the config's `acl:`
     rules give the representative path; a record's own `acl` may only narrow them.
     Raises ParseError when nothing usable came out."""
+    docs: list[Document] = []
+    errors: list[str] = []
+    for item in iter_parse_unique(unique, acl_rules, acl_root, ocr, limits):
+        (errors if isinstance(item, str) else docs).append(item)
+    return docs, errors
+
+
+def iter_parse_unique(unique: UniqueObject, acl_rules: AclRules = (), acl_root: Optional[str] = None,
+                      ocr=None, limits: Optional[ParseLimits] = None) -> Iterator[Union[Document, str]]:
+    """parse_unique one item at a time (iter_parse_object): each Document or bad-record reason."""
     from transforms.ingest.acl import effective_acl
     raw = unique.raw
-    docs, line_errors = parse_object_with_errors(raw, list(unique.source_uris), ocr, limits)
     allowed = acl_for(raw.uri, raw.key, acl_rules, acl_root)
-    out = []
-    for doc in docs:
-        doc = dataclasses.replace(doc, source_hash=raw.content_hash,
-                                  acl=effective_acl(allowed, doc.acl))  # a record only narrows
-        out.append(doc)
-    return out, line_errors
+    for item in iter_parse_object(raw, list(unique.source_uris), ocr, limits):
+        if isinstance(item, str):
+            yield item
+        else:  # a record only narrows
+            yield dataclasses.replace(item, source_hash=raw.content_hash, acl=effective_acl(allowed, item.acl))
 
 
 class ParseFn(StageFn):
-    """Emits Documents; unparseable objects (and bad JSONL lines) go to DEAD_LETTER with the reason."""
+    """Emits Documents; unparseable objects (and bad JSONL lines) go to DEAD_LETTER with the reason.
+
+    A file's documents are emitted as they are parsed, not held until the whole file is (a JSONL
+    file of a million records would otherwise sit in memory as a million Documents, issue 35 item
+    16): until the first document the file can still fail whole (one dead letter, nothing else
+    emitted); after it, only bad records can, each its own dead letter."""
     STAGE, FAILED = "parse", "dead_lettered_parse"
 
     def __init__(self, acl_rules: AclRules = (), acl_root: Optional[str] = None, ocr=None,
@@ -200,18 +264,58 @@ class ParseFn(StageFn):
         # ParseError reasons are already short and name the format; anything else is a parser bug
         return str(error) if isinstance(error, ParseError) else f"{type(error).__name__}: {error}"
 
+    def _items(self, unique: UniqueObject):
+        return iter_parse_unique(unique, self.acl_rules, self.acl_root, self.ocr, self.limits)
+
+    @staticmethod
+    def _put(item, out: Outputs) -> None:
+        if isinstance(item, str):  # a bad JSONL line, or a PDF page OCR could not read
+            out.count("dead_lettered_pages" if item.startswith("page ") else "dead_lettered_lines")
+            out.dead_letter(item)
+        else:
+            out.count("documents")
+            out.emit(item)
+
     def apply(self, unique: UniqueObject, out: Outputs) -> None:
         if drop_point("parse", unique.raw.uri):  # the reconciliation tests' lost element
             return
-        docs, line_errors = parse_unique(unique, self.acl_rules, self.acl_root, self.ocr, self.limits)
+        items = list(self._items(unique))
         out.count("parsed_objects")
         out.note_progress("documents parsed")
-        for reason in line_errors:  # a bad JSONL line, or a PDF page OCR could not read
-            out.count("dead_lettered_pages" if reason.startswith("page ") else "dead_lettered_lines")
-            out.dead_letter(reason)
-        for doc in docs:
-            out.count("documents")
-            out.emit(doc)
+        for item in items:
+            self._put(item, out)
+
+    def process(self, unique: UniqueObject):
+        from apache_beam.metrics import Metrics
+
+        from transforms.common.counters import NAMESPACE
+        from transforms.records import DeadLetter
+        out = Outputs(self.STAGE, self.origin(unique))
+        if drop_point("parse", unique.raw.uri):
+            return
+        items = self._items(unique)
+        try:  # up to the first document the file may still fail whole
+            for item in items:
+                self._put(item, out)
+                if not isinstance(item, str):
+                    break
+        except Exception as e:  # this file's failure, not the run's
+            reason = self.reason(e)
+            self.on_failure(unique, reason)
+            Metrics.counter(NAMESPACE, self.FAILED).inc()
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(*out.origin, self.STAGE, reason))
+            return
+        out.count("parsed_objects")
+        out.note_progress("documents parsed")
+        yield from out.items
+        out.items.clear()
+        for item in items:  # the rest, one at a time
+            self._put(item, out)
+            yield from out.items
+            out.items.clear()
+        for name, n in out.counts.items():
+            Metrics.counter(NAMESPACE, name).inc(n)
+        self._note_progress(out.progress)
 
 
 class ParseObjects(beam.PTransform):

@@ -31,15 +31,18 @@ def norm_lines(s: str) -> str:
 
 
 def decode_text(data: bytes) -> str:
-    """UTF-8 (BOM stripped), else latin-1; NUL bytes mean binary, not text."""
-    if b"\x00" in data:
+    """The text of a file (transforms/common/decode.py: by its byte order mark, else UTF-8, else
+    cp1252; never a C1 control character); NUL bytes outside UTF-16/32 text mean binary."""
+    from transforms.common.decode import WIDE, DecodeError, bom_encoding, decode_document
+    encoding = bom_encoding(data)
+    if encoding not in WIDE and b"\x00" in data:
         raise ParseError("binary content: NUL bytes")
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        text = data.decode("latin-1")
+        text = decode_document(data)
+    except DecodeError as e:
+        raise ParseError(str(e)) from None
+    if encoding in WIDE and "\x00" in text:
+        raise ParseError(f"binary content: NUL characters in {encoding} text")
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Iterator, Optional, Union
 
+from transforms.common.decode import decode_lenient, without_c1
 from transforms.ingest.parse.base import ParseError, make_document, norm_lines
 from transforms.ingest.parse.limits import ParseLimits, check_text
 from transforms.records import Document, RawObject, Section, record_doc_id, sha256_hex
@@ -13,8 +14,8 @@ _RESERVED = {"id", "_id", "title", "text", "acl"}
 
 def _record(raw: RawObject, line: bytes, source_uris: Optional[list[str]],
             limits: ParseLimits) -> Document:
-    try:
-        rec = json.loads(line)
+    try:  # a line that is not UTF-8 is read as cp1252, like any text (transforms/common/decode.py)
+        rec = json.loads(without_c1(decode_lenient(line)))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ParseError(f"invalid JSON: {e.msg if hasattr(e, 'msg') else e}") from e
     if not isinstance(rec, dict):
@@ -47,24 +48,42 @@ def parse_jsonl(raw: RawObject, source_uris: Optional[list[str]] = None,
     """(documents, per-line problems such as "line 7: missing id")."""
     docs: list[Document] = []
     errors: list[str] = []
+    for item in iter_jsonl(raw, source_uris, limits):
+        (errors if isinstance(item, str) else docs).append(item)
+    return docs, errors
+
+
+def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) cut at b"\\n", one line copied at a time (not data.split: a copy of
+    the whole file as a million small bytes objects)."""
+    start, n, size = (3 if data.startswith(b"\xef\xbb\xbf") else 0), 1, len(data)
+    while start < size:
+        end = data.find(b"\n", start)
+        end = size if end < 0 else end
+        yield n, data[start:end]
+        start, n = end + 1, n + 1
+
+
+def iter_jsonl(raw: RawObject, source_uris: Optional[list[str]] = None,
+               limits: Optional[ParseLimits] = None) -> Iterator[Union[Document, str]]:
+    """Each record's Document, or a bad line's reason ("line 7: missing id"), in file order."""
     seen: dict[str, int] = {}
-    data = raw.data[3:] if raw.data.startswith(b"\xef\xbb\xbf") else raw.data
-    for n, line in enumerate(data.split(b"\n"), start=1):
+    limits = limits or ParseLimits()
+    for n, line in _lines(raw.data):
         line = line.rstrip(b"\r")
         if not line.strip():
             continue
         try:
-            doc = _record(raw, line, source_uris, limits or ParseLimits())
+            doc = _record(raw, line, source_uris, limits)
         except ParseError as e:
-            errors.append(f"line {n}: {e}")
+            yield f"line {n}: {e}"
             continue
         except Exception as e:  # never let one odd record sink the file
-            errors.append(f"line {n}: {type(e).__name__}: {e}")
+            yield f"line {n}: {type(e).__name__}: {e}"
             continue
         if doc.doc_id in seen:
             rid = doc.metadata["record_id"]
-            errors.append(f"line {n}: duplicate id {rid!r} (first on line {seen[doc.doc_id]})")
+            yield f"line {n}: duplicate id {rid!r} (first on line {seen[doc.doc_id]})"
             continue
         seen[doc.doc_id] = n
-        docs.append(doc)
-    return docs, errors
+        yield doc

@@ -31,6 +31,35 @@ def check_text(chars: int, limits: ParseLimits) -> None:
         raise ParseError(f"text longer than parse.max_text_chars={limits.max_text_chars}")
 
 
+# What a file's decoded characters may be, as a multiple of max_text_chars, checked before it
+# is parsed (issue 35, item 16): a parser holds several copies of its input, so a file far past
+# the cap must be refused before any parser sees it. Text, Markdown and man pages keep about
+# every character they decode; HTML keeps its text, not its markup, so it may be larger.
+BEFORE_PARSING = {"text": 1, "markdown": 1, "man": 1, "html": 4}
+_UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
+_COUNT_PIECE = 1 << 20
+
+
+def utf8_chars(data: bytes) -> int:
+    """A lower bound of the characters data decodes to, counted without decoding it (in 1 MiB
+    pieces, so memory stays flat): exact for UTF-8 (its continuation bytes start no character),
+    less than the cp1252 fallback's one per byte; a CRLF line end counts as one."""
+    n = 0
+    for start in range(0, len(data), _COUNT_PIECE):
+        n += len(data[start:start + _COUNT_PIECE].translate(None, _UTF8_CONTINUATION))
+    return n - data.count(b"\r\n") - (1 if data.startswith(b"\xef\xbb\xbf") else 0)
+
+
+def check_before_parsing(fmt: str, chars: int, limits: ParseLimits) -> None:
+    """ParseError when a file of `chars` decoded characters (a lower bound) cannot fit, before it
+    is decoded or parsed: text, Markdown and man past max_text_chars, HTML past 4x."""
+    factor = BEFORE_PARSING.get(fmt)
+    if factor is not None and chars > factor * limits.max_text_chars:
+        times = f"{factor} x " if factor > 1 else ""
+        raise ParseError(f"text longer than parse.max_text_chars={limits.max_text_chars}: the file holds "
+                         f"at least {chars} characters, over {times}the cap, refused before parsing")
+
+
 def text_chars(sections: Iterable) -> int:
     return sum(len(s.text) for s in sections)
 

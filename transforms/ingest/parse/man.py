@@ -279,6 +279,22 @@ def _own_name(key: str) -> str:
     return f"{name}({sect})" if dot and name else base
 
 
+def _last_ends(lines: list[str]) -> dict[str, int]:
+    """The index of the last line that ends each kind of skipped block (-1: none), as parse_man's
+    skip loop recognises them, found in one pass."""
+    last = {"..": -1, ".EN": -1, "\\}": -1, ".TE": -1}
+    for j, line in enumerate(lines):
+        head = line.strip()
+        for end in ("..", ".EN"):
+            if head.startswith(end):
+                last[end] = j
+        if "\\}" in line:
+            last["\\}"] = j
+        if line.startswith(".TE"):
+            last[".TE"] = j
+    return last
+
+
 def parse_man(raw: RawObject, source_uris: Optional[list[str]] = None) -> list[Document]:
     lines = _logical_lines(decode_text(raw.data))
     content = [ln for ln in lines if ln.strip()]
@@ -290,6 +306,10 @@ def parse_man(raw: RawObject, source_uris: Optional[list[str]] = None) -> list[D
     title = ""
     i = 0
     skip_until: Optional[str] = None  # .de ... ..   /  .EQ ... .EN   /  \{ ... \}
+    # Where each block's end last appears: a block that is never closed (a .de without "..",
+    # a \{ without \}, an .EQ without .EN, a .TS without .TE) is not skipped, so the text after
+    # it is kept (groff would swallow it all; issue 35, item 15).
+    last_end = _last_ends(lines)
     while i < len(lines):
         line = lines[i]
         i += 1
@@ -346,6 +366,8 @@ def parse_man(raw: RawObject, source_uris: Optional[list[str]] = None) -> list[D
         elif name == "br":
             page.brk()
         elif name == "TS":
+            if last_end[".TE"] < i:
+                continue  # no .TE follows: its lines are read as text
             page.para()
             end = next((j for j in range(i, len(lines)) if lines[j].startswith(".TE")), len(lines))
             rows = _tbl(lines[i:end])
@@ -353,11 +375,13 @@ def parse_man(raw: RawObject, source_uris: Optional[list[str]] = None) -> list[D
                 page.out.add("\n".join(rows))
             i = end + 1
         elif name in ("de", "de1", "am"):
-            skip_until = ".."
+            if last_end[".."] >= i:
+                skip_until = ".."
         elif name == "EQ":
-            skip_until = ".EN"
+            if last_end[".EN"] >= i:
+                skip_until = ".EN"
         elif name in ("ie", "if", "el") or name.startswith(("ie", "if", "el")):
-            if "\\{" in line and "\\}" not in line:
+            if "\\{" in line and "\\}" not in line and last_end["\\}"] >= i:
                 skip_until = "\\}"
         elif name in ("UR", "MT"):
             pass  # the link text follows; the URL itself adds little to retrieval
