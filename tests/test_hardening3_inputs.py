@@ -432,3 +432,29 @@ def test_good_beam_options_still_pass():
     for extra in (["--direct_num_workers=2"], ["--direct_running_mode", "multi_threading"],
                   ["--runner", "DirectRunner"], ["--job_endpoint=localhost:8099"], ["--save_main_session"]):
         assert beam_option_errors(Config(), extra) == [], extra
+
+
+C1_CHAR = st.integers(0x80, 0x9F)
+
+
+@SETTINGS
+@given(codes=st.lists(C1_CHAR, min_size=1, max_size=5), words=st.lists(LOWER_WORD, min_size=1, max_size=5),
+       how=st.sampled_from(["html", "jsonl", "man", "utf8"]))
+def test_no_parsed_document_holds_a_c1_control_character_whatever_put_it_there(codes, words, how):
+    text = " ".join(words)
+    if how == "html":
+        key, data = "c.html", ("<html><body><h1>" + "".join(f"&#{c};" for c in codes) + "</h1><p>" + text +
+                               "".join(f"&#{c};" for c in codes) + "</p></body></html>").encode()
+    elif how == "jsonl":
+        key, data = "c.jsonl", json.dumps({"id": "r", "title": "".join(map(chr, codes)),
+                                           "text": text + "".join(map(chr, codes))}).encode() + b"\n"
+    elif how == "man":
+        key, data = "c.1", (".TH C 1\n.SH NAME" + "".join(f"\\N'{c}'" for c in codes) + "\n" + text +
+                            "".join(f"\\N'{c}'" for c in codes) + "\n").encode()
+    else:
+        key, data = "c.txt", (text + "".join(map(chr, codes)) + "\n").encode("utf-8")
+    docs, _ = parse_object_with_errors(_raw(key, data))
+    for d in docs:
+        assert not C1.search(d.title)
+        for s in d.sections:
+            assert not C1.search(s.text) and not any(C1.search(h) for h in s.heading_path)

@@ -4,6 +4,7 @@ Kept apart from __init__ so format modules can import it without a cycle.
 """
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import re
 from typing import Any, Iterable, Optional
@@ -98,10 +99,15 @@ def make_document(raw: RawObject, fmt: str, title: str, sections: Iterable[Secti
                   source_uris: Optional[list[str]], metadata: Optional[dict[str, Any]] = None,
                   *, doc_id: Optional[str] = None, content_hash: Optional[str] = None,
                   acl: Optional[list[str]] = None) -> Document:
-    """One Document with the fields every format shares; no text -> ParseError."""
-    kept = [s for s in sections if s.text and s.text.strip()]
+    """One Document with the fields every format shares; no text -> ParseError. No C1 control
+    character survives, whatever put it there (a JSON "\\u0093", a roff \\N'147'): it is the cp1252
+    character of that byte (transforms/common/decode.py)."""
+    from transforms.common.decode import without_c1
+    kept = [dataclasses.replace(s, heading_path=[without_c1(h) for h in s.heading_path], text=without_c1(s.text))
+            for s in sections if s.text and s.text.strip()]
     if not kept:
         raise ParseError("no text extracted")
+    title = without_c1(title or "")
     meta = {"format": fmt, "key": raw.key}
     meta.update(metadata or {})
     return Document(
