@@ -37,11 +37,11 @@ def check_text(chars: int, limits: ParseLimits) -> None:
 # every character they decode; HTML keeps its text, not its markup, so it may be larger.
 BEFORE_PARSING = {"text": 1, "markdown": 1, "man": 1, "html": 4}
 _UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
-_COUNT_PIECE = 1 << 20
+_COUNT_PIECE = 1 << 18
 
 
 def utf8_chars(data: bytes) -> int:
-    """A lower bound of the characters data decodes to, counted without decoding it (in 1 MiB
+    """A lower bound of the characters data decodes to, counted without decoding it (in 256 KiB
     pieces, so memory stays flat): exact for UTF-8 (its continuation bytes start no character),
     less than the cp1252 fallback's one per byte; a CRLF line end counts as one."""
     n = 0
