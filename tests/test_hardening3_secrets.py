@@ -280,3 +280,15 @@ def test_2_short_values_are_not_searched_for_in_free_text():
     config is written, never searched for in messages."""
     redact.register_secret_values(["none"])
     assert redact.redact_text("matched none of them") == "matched none of them"
+
+
+def test_2_a_summary_written_beside_a_version_holds_no_secret(tmp_path):
+    """summary.json goes through redact_values: every string masked, keys kept."""
+    key = "sk-summary-h3-4411k"
+    load_config(environ={"RAGBEAM__LLM__API_KEY": key})
+    summary = {"input": "s3://ak:" + URL_PASSWORD + "@bucket/docs", "chunk_tokens": 200,
+               "warnings": [f"contexts failed: server said {key}"], "nested": {"why": key}}
+    got = redact.redact_values(summary)
+    text = json.dumps(got)
+    assert key not in text and URL_PASSWORD not in text
+    assert got["chunk_tokens"] == 200 and got["input"] == "s3://***@bucket/docs" and set(got) == set(summary)

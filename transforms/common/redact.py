@@ -294,3 +294,13 @@ def redact_log_record(record) -> bool:
     if masked != msg:
         record.msg, record.args = masked, None
     return True
+
+
+def redact_values(value: Any) -> Any:
+    """A JSON-like value with redact_text applied to every string in it (keys kept as they are):
+    for summaries written beside a version."""
+    if isinstance(value, dict):
+        return {k: redact_values(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_values(v) for v in value]
+    return redact_text(value) if isinstance(value, str) else value

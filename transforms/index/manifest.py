@@ -78,7 +78,8 @@ def write_run_outputs(version_dir: str, cfg: Config, spec: ModelSpec, summary: d
         manifest["bm25"] = segmented["bm25"]
         manifest["tombstones"] = sum(s["deleted"] for s in segmented["segments"])
     storage.write_json(os.path.join(version_dir, "manifest.json"), manifest)
-    storage.write_json(os.path.join(version_dir, "summary.json"), summary)
+    from transforms.common.redact import redact_values
+    storage.write_json(os.path.join(version_dir, "summary.json"), redact_values(summary))  # no secret in it
 
 
 def model_record(spec: ModelSpec) -> dict:
