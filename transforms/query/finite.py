@@ -42,8 +42,36 @@ def _finite(value: Any) -> tuple[Any, bool]:
     return value, True
 
 
+_SCALARS = (str, int, bool, type(None))
+
+
+def _has_non_finite(values) -> bool:
+    """Any non-finite float (or numpy float) anywhere in these values? One tight walk: the
+    common case, every number finite, costs a few microseconds a record."""
+    stack = list(values)
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is float:
+            if v - v != 0.0:  # nan - nan and inf - inf are nan
+                return True
+        elif t is dict:
+            stack.extend(v.values())
+        elif t is list or t is tuple:
+            stack.extend(v)
+        elif t not in _SCALARS and hasattr(v, "dtype"):
+            try:
+                if not math.isfinite(float(v)):
+                    return True
+            except (TypeError, ValueError):
+                stack.extend(list(v))  # an array
+    return False
+
+
 def finite_or_not_found(rec):
     """The record, with a non-finite score turning an answer into "not found" (see module doc)."""
+    if not _has_non_finite([getattr(rec, n, None) for n in _SCORED + _LISTS] + [getattr(rec, "trace", None)]):
+        return rec
     ok = True
     for name in _SCORED:
         v = getattr(rec, name, None)
