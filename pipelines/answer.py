@@ -317,6 +317,8 @@ def _run_answer(cfg: Config, index: str, qfile, output: str, *, progress: bool,
                "shards_to_retry": len(_retrying(parts_dir, shards, fmt)),
                "wall_s": round(time.monotonic() - started, 2),
                "index_version": version_dir.rstrip("/").rsplit("/", 1)[-1]}
+    if "confidence_bands" in whole:  # answered records per band of their calibrated confidence
+        summary["confidence_bands"] = whole["confidence_bands"]
     if cfg.rewrite.kind != "none":  # of this run's questions: those whose rewriting failed kept their own vector
         summary["rewrite_failed"] = stats.get("rewrite_failed", 0)
     if is_s3(output):

@@ -72,6 +72,9 @@ def _answer(args) -> int:
           f"{summary['answered']} answered, {summary['not_found']} not found, "
           f"{summary.get('unsupported', 0)} unsupported, {summary['errors']} errors "
           f"({summary['invalid_citations_removed']} invalid citations removed)")
+    if summary.get("confidence_bands"):
+        from transforms.query.output_stats import format_confidence_bands
+        print(f"confidence   {format_confidence_bands(summary['confidence_bands'])}")
     print(f"time         {summary['wall_s']:.1f} s; shards skipped as already written: "
           f"{summary['shards_skipped']}/{summary['shards']}")
     if summary.get("rewrite_failed"):

@@ -213,6 +213,14 @@ def test_eval_cli_end_to_end(tiny, gated, capsys):
     # 30 documents: retrieve.mode auto searches exactly, so no HNSW index was built to measure
     assert report["hnsw_recall@10"] is None
     assert report["answers"]["gold_span_in_answer"] >= 0.5
+    # answer-level figures (issue 34): status mix, right, calibration of the confidence
+    mix = report["answer_status"]["counts"]
+    assert set(mix) == {"answered", "not_found", "unsupported", "error"} and sum(mix.values()) == 6
+    a, c = report["answers"], report["calibration"]
+    assert 0.0 <= a["right"] <= min(a["right_page_cited"], a["gold_span_in_answer"])
+    assert len(c["reliability"]) == 10 and sum(b["count"] for b in c["reliability"]) == c["questions"] == mix["answered"]
+    assert c["score"] in ("confidence", "evidence_score", "confidence, evidence_score where a record has none")
+    assert 0.0 <= c["ece"] <= 1.0 and "cites a gold page" in c["right_definition"]
     u = report["unanswerable"]
     assert u["gold_leaked"] == 0.0  # the mask really hid the gold documents
     assert u["auc_answerable_vs_unanswerable"] > 0.8
@@ -222,6 +230,7 @@ def test_eval_cli_end_to_end(tiny, gated, capsys):
     q2 = rows[1]
     assert q2["first_relevant_rank"]["hybrid"] == 1 and q2["in_context"] and q2["cited_relevant"]
     assert q2["gold_in_answer"] and q2["status"] == "answered"
+    assert q2["right_page_cited"] and q2["right"] and "confidence" in q2
     assert q2["unanswerable"]["evidence_score"] < q2["evidence_score"]
 
     page = (report_dir / "report.html").read_text()
@@ -229,6 +238,7 @@ def test_eval_cli_end_to_end(tiny, gated, capsys):
     p.feed(page)
     p.close()
     assert p.tags.count("svg") >= 4 and not p.external and "<script" not in page
+    assert "Answer-level figures and calibration" in page and "Answer status" in page
 
 
 def test_gate_refuses_a_broken_version_and_keeps_the_live_one(gated):

@@ -131,14 +131,31 @@ def question_record(qid, text, o, u, ds: Dataset, labels: DocLabels, ev: Evaluat
                top1_relevant=bool(top and top["doc_id"] in rel),
                top1_score=round(float(top["score"]), 4) if top else None,
                top_docs=[_label(labels, d) for d in o["final"][:5]])
+    answered = res.status == "answered"
+    rec["confidence"] = _confidence(res)  # None: the record has none (report.py falls back to evidence_score)
+    rec["right_page_cited"] = answered and any(d in rel for d in cited)
     if ds.answers.get(qid):
-        rec["gold_in_answer"] = M.contains_span(res.answer, ds.answers[qid]) if res.status == "answered" else False
+        gold = ds.answers[qid]
+        rec["gold_in_answer"] = M.contains_span(res.answer, gold) if answered else False
+        # "right" (what the confidence is calibrated to, docs/evaluation.md): cites a gold page and
+        # holds a gold phrase
+        rec["right"] = rec["right_page_cited"] and rec["gold_in_answer"]
+        code = [p for p in gold if M.looks_like_code(p)]
+        rec["names_code"] = (M.contains_code_name(res.answer, code) if answered else False) if code else None
     if u is not None:
         ur = u["record"]
         rec["unanswerable"] = {"status": ur.status, "evidence_score": round(float(ur.evidence_score), 4),
+                               "confidence": _confidence(ur),
                                "answer": ur.answer,
                                "gold_leaked": any(c["doc_id"] in rel for c in ur.retrieved)}
     return rec
+
+
+def _confidence(res) -> Optional[float]:
+    """The record's calibrated confidence; None when it has none (an answerer that gives none, or
+    a record from before the field)."""
+    c = getattr(res, "confidence", None)
+    return round(float(c), 4) if c is not None and np.isfinite(c) else None
 
 
 def _label(labels: DocLabels, doc_id: str) -> str:

@@ -131,6 +131,80 @@ def auc(pos: Sequence[float], neg: Sequence[float]) -> float:
     return u / (len(pos) * len(neg))
 
 
+# --- answer-level figures and calibration (docs/evaluation.md) -------------------------------
+
+_CODE_MARKS = ("(", ".", "::", "_", "$")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_IDENT_CHAR = re.compile(r"[A-Za-z0-9_]")
+
+
+def looks_like_code(phrase: str) -> bool:
+    """A gold phrase in code form: it holds one of ( . :: _ $, or it is a single identifier
+    (`sprintf`, `File::Copy`, `os.path.join()`, `$_`, `user.name`; not "git config")."""
+    p = (phrase or "").strip()
+    return bool(p) and (any(m in p for m in _CODE_MARKS) or bool(_IDENT.fullmatch(p)))
+
+
+def contains_code_name(answer: str, names: Iterable[str]) -> bool:
+    """The answer names one of `names` (case and whitespace as contains_span), not inside a longer
+    identifier: an edge of the name that is an identifier character may not touch another one
+    (`open` is in "use open(FH)" but not in "reopen"; `tr` is not in "string")."""
+    a = normalize_text(answer)
+    for name in names:
+        n = normalize_text(name)
+        if not n:
+            continue
+        start = a.find(n)
+        while start >= 0:
+            end = start + len(n)
+            left_ok = not (_IDENT_CHAR.match(n[0]) and start > 0 and _IDENT_CHAR.match(a[start - 1]))
+            right_ok = not (_IDENT_CHAR.match(n[-1]) and end < len(a) and _IDENT_CHAR.match(a[end]))
+            if left_ok and right_ok:
+                return True
+            start = a.find(n, start + 1)
+    return False
+
+
+def band_of(x: float, n_bands: int = 10) -> int:
+    """The band of a confidence in [0, 1]: band i holds i/n <= x < (i+1)/n, the edges compared as
+    the floats i/n (0.3 is band 3's, 0.3 - 1e-12 band 2's, whatever x * n rounds to); the last band
+    also holds 1.0, and values outside [0, 1] go to the end bands."""
+    x = float(x)
+    b = max(0, min(n_bands - 1, math.floor(x * n_bands)))
+    if b > 0 and x < b / n_bands:
+        b -= 1
+    elif b < n_bands - 1 and x >= (b + 1) / n_bands:
+        b += 1
+    return b
+
+
+def reliability_table(conf: Sequence[float], right: Sequence[bool], n_bands: int = 10) -> list[dict]:
+    """One row per confidence band, empty bands included: lo, hi, count, mean_confidence and
+    share_right (NaN for an empty band). A calibrated confidence has share_right ~ mean_confidence."""
+    if len(conf) != len(right):
+        raise ValueError("conf and right differ in length")
+    members: list[list[tuple[float, bool]]] = [[] for _ in range(n_bands)]
+    for c, r in zip(conf, right):
+        members[band_of(c, n_bands)].append((float(c), bool(r)))
+    return [{"band": f"{i / n_bands:.1f}-{(i + 1) / n_bands:.1f}", "lo": i / n_bands, "hi": (i + 1) / n_bands,
+             "count": len(m), "mean_confidence": mean(c for c, _ in m), "share_right": mean(r for _, r in m)}
+            for i, m in enumerate(members)]
+
+
+def expected_calibration_error(conf: Sequence[float], right: Sequence[bool], n_bands: int = 10) -> float:
+    """ECE: sum over bands of (band count / all) x |mean confidence - share right|; NaN for no input."""
+    rows = reliability_table(conf, right, n_bands)
+    total = sum(r["count"] for r in rows)
+    if not total:
+        return float("nan")
+    return sum(r["count"] / total * abs(r["mean_confidence"] - r["share_right"]) for r in rows if r["count"])
+
+
+def auc_of(scores: Sequence[float], labels: Sequence[bool]) -> float:
+    """AUC of scores against boolean labels (P(a random positive outscores a random negative))."""
+    return auc([s for s, y in zip(scores, labels) if y], [s for s, y in zip(scores, labels) if not y])
+
+
 # The stages every evaluation scores, and the metrics of each.
 STAGES = ("bm25", "dense", "hybrid", "final")  # final: the answer file's own ranking
 RECALL_KS = (5, 10, 50, 100)

@@ -39,15 +39,14 @@ def summarize(per_q, ds, cfg, version_dir, version, hnsw, labels, timings, with_
         "cited_relevant (of answered)": M.mean(bool(r["cited_relevant"]) for r in per_q if r["status"] == "answered"),
         "citation_precision": M.mean(r["citation_precision"] for r in per_q if r["citation_precision"] is not None),
     }
+    report["answer_status"] = status_mix(per_q)
     if ds.answers:
         ans = [r for r in per_q if "gold_in_answer" in r]
-        report["answers"] = {
-            "questions": len(ans),
-            "gold_span_in_answer": M.mean(r["gold_in_answer"] for r in ans),
-            "gold_span_in_answer (of answered)": M.mean(r["gold_in_answer"] for r in ans if r["status"] == "answered"),
-            "not_found_on_answerable": M.mean(r["status"] == "not_found" for r in ans),
-            "threshold": cfg.evidence_threshold,
-        }
+        report["answers"] = {**answer_figures(ans), "threshold": cfg.evidence_threshold}
+        report["calibration"] = calibration(ans)
+        if len(groups) > 1:  # e.g. the tune and eval halves of a dev set
+            report["answers_by_group"] = {g: group_answer_figures([r for r in ans if r["group"] == g])
+                                          for g in groups if any(r["group"] == g for r in ans)}
     if with_answers:
         pos = [r["evidence_score"] for r in per_q]
         neg = [r["unanswerable"]["evidence_score"] for r in per_q]
@@ -68,6 +67,88 @@ def summarize(per_q, ds, cfg, version_dir, version, hnsw, labels, timings, with_
             "evidence_quantiles": {"answerable": _quantiles(pos), "unanswerable": _quantiles(neg)},
         }
     return report
+
+
+# --- answer-level figures (docs/evaluation.md, "Answer-level figures and calibration") -----------
+
+RIGHT = ("right: the answer cites a gold page (a document in the qrels) and holds a gold phrase "
+         "(answers.jsonl, case and whitespace aside; a SQuAD span is one); a question not answered is not right")
+STATUSES = ("answered", "not_found", "unsupported", "error")
+CALIBRATION_BANDS = 10
+
+
+def status_mix(per_q: list[dict]) -> dict:
+    """How many questions ended in each status (anything else counts as error), and their shares."""
+    counts = dict.fromkeys(STATUSES, 0)
+    for r in per_q:
+        counts[r["status"] if r["status"] in counts else "error"] += 1
+    return {"counts": counts, "shares": {k: (v / len(per_q) if per_q else float("nan")) for k, v in counts.items()}}
+
+
+def answer_figures(ans: list[dict]) -> dict:
+    """Per-question answer judgements (evaluator.question_record) as shares of the questions."""
+    answered = [r for r in ans if r["status"] == "answered"]
+    code = [r for r in ans if r.get("names_code") is not None]
+    return {
+        "questions": len(ans),
+        "right": M.mean(r["right"] for r in ans),
+        "right (of answered)": M.mean(r["right"] for r in answered),
+        "right_page_cited": M.mean(r["right_page_cited"] for r in ans),
+        "gold_span_in_answer": M.mean(r["gold_in_answer"] for r in ans),
+        "gold_span_in_answer (of answered)": M.mean(r["gold_in_answer"] for r in answered),
+        "names_code_questions": len(code),
+        "names_code": M.mean(bool(r["names_code"]) for r in code),
+        "not_found_on_answerable": M.mean(r["status"] == "not_found" for r in ans),
+    }
+
+
+def _scores(recs: list[dict]) -> tuple[list[float], int]:
+    """Each record's confidence, its evidence_score where it has none; and how many fell back."""
+    out, fell_back = [], 0
+    for r in recs:
+        c = r.get("confidence")
+        if c is None:
+            c, fell_back = r["evidence_score"], fell_back + 1
+        out.append(min(1.0, max(0.0, float(c))))
+    return out, fell_back
+
+
+def calibration(ans: list[dict], n_bands: int = CALIBRATION_BANDS) -> dict:
+    """Calibration of the answers' confidence against "right" (RIGHT), over the answered questions
+    (the answers a reader sees): the reliability table, ECE, AUC, mean confidence vs share right.
+    A record without a confidence (None, or an answerer that gives none) is scored by its
+    evidence_score instead, and the report says so."""
+    answered = [r for r in ans if r["status"] == "answered"]
+    conf, fell_back = _scores(answered)
+    right = [bool(r["right"]) for r in answered]
+    all_conf, all_fell_back = _scores(ans)
+    mean_conf, share_right = M.mean(conf), M.mean(right)
+    out = {
+        "score": ("confidence" if not all_fell_back else "evidence_score" if all_fell_back == len(ans)
+                  else "confidence, evidence_score where a record has none"),
+        "records_without_confidence": all_fell_back,
+        "over": "answered questions",
+        "right_definition": RIGHT,
+        "questions": len(answered),
+        "ece": M.expected_calibration_error(conf, right, n_bands),
+        "auc_confidence_vs_right": M.auc_of(conf, right),
+        "auc_confidence_vs_right (all questions)": M.auc_of(all_conf, [bool(r["right"]) for r in ans]),
+        "mean_confidence (answered)": mean_conf,
+        "share_right (answered)": share_right,
+        "calibration_gap (answered)": mean_conf - share_right,
+        "reliability": M.reliability_table(conf, right, n_bands),
+    }
+    if all_fell_back:
+        out["fallback"] = (f"{all_fell_back} of {len(ans)} answer records carry no confidence (absent or None): "
+                           f"their evidence_score stands in for it ({fell_back} of the {len(answered)} answered)")
+    return out
+
+
+def group_answer_figures(ans: list[dict]) -> dict:
+    """answer_figures and calibration's scalar figures of one query group (a dev set's half)."""
+    cal = calibration(ans)
+    return {**answer_figures(ans), **{k: cal[k] for k in (
+        "ece", "auc_confidence_vs_right", "mean_confidence (answered)", "share_right (answered)")}}
 
 
 def _quantiles(xs) -> dict:
@@ -101,6 +182,8 @@ def _finite(x):
 
 def format_table(report: dict) -> str:
     def f(v):
+        if isinstance(v, int) and not isinstance(v, bool):
+            return f"{v:6d}"
         return "   -  " if v is None or (isinstance(v, float) and not np.isfinite(v)) else f"{v:6.3f}"
     lines = [f"dataset {report['dataset']}  index {report['index_version']}  "
              f"{report['counts']['queries_evaluated']} queries",
@@ -116,8 +199,24 @@ def format_table(report: dict) -> str:
     if report.get("hnsw_recall@10") is not None:
         lines.append(f"HNSW recall@10 vs exact: {report['hnsw_recall@10']:.3f}")
     lines.append("triage: " + ", ".join(f"{k} {f(v).strip()}" for k, v in report["triage"].items()))
+    if "answer_status" in report:
+        lines.append("status: " + ", ".join(f"{k} {v}" for k, v in report["answer_status"]["counts"].items()))
     if "answers" in report:
         lines.append("answers: " + ", ".join(f"{k} {f(v).strip()}" for k, v in report["answers"].items()))
+    if "calibration" in report:
+        c = report["calibration"]
+        lines.append(f"calibration ({c['score']} over {c['questions']} answered; right = cites a gold page and "
+                     f"holds a gold phrase): ECE {f(c['ece']).strip()}, AUC vs right {f(c['auc_confidence_vs_right']).strip()} "
+                     f"(all questions {f(c['auc_confidence_vs_right (all questions)']).strip()}), mean confidence "
+                     f"{f(c['mean_confidence (answered)']).strip()} vs share right {f(c['share_right (answered)']).strip()}")
+        lines.append("  reliability: " + ", ".join(f"{b['band']} {b['count']}:{f(b['share_right']).strip()}"
+                                                   for b in c["reliability"] if b["count"]) + " (count:share right)")
+        if c.get("fallback"):
+            lines.append(f"  {c['fallback']}")
+    for g, gs in (report.get("answers_by_group") or {}).items():
+        lines.append(f"  group {g} ({gs['questions']} questions): right {f(gs['right']).strip()}, right page cited "
+                     f"{f(gs['right_page_cited']).strip()}, names code {f(gs['names_code']).strip()} of "
+                     f"{gs['names_code_questions']}, ECE {f(gs['ece']).strip()}, AUC {f(gs['auc_confidence_vs_right']).strip()}")
     if "unanswerable" in report:
         u = report["unanswerable"]
         b, c = u["best_threshold"], u["at_configured_threshold"]

@@ -227,8 +227,14 @@ def render_html(report: dict, per_q: list[dict]) -> str:
         "Reranker score of the top candidate, split by whether its document is relevant."))
     parts += ["<div class='charts'>"] + charts + ["</div>"]
     parts += ["<h2>Triage</h2>", table(["measure", "value"], [[k, v] for k, v in report["triage"].items()])]
+    if "answer_status" in report:
+        mix = report["answer_status"]
+        parts += ["<h2>Answer status</h2>", table(["status", "questions", "share"],
+                                                  [[k, v, mix["shares"][k]] for k, v in mix["counts"].items()])]
     if "answers" in report:
         parts += ["<h2>Answers</h2>", table(["measure", "value"], [[k, v] for k, v in report["answers"].items()])]
+    if "calibration" in report:
+        parts += answer_calibration_section(report, per_q)
     if "unanswerable" in report:
         u = report["unanswerable"]
         rows = [[k, v] for k, v in u.items() if k not in ("sweep", "evidence_quantiles", "best_threshold",
@@ -247,6 +253,44 @@ def render_html(report: dict, per_q: list[dict]) -> str:
               f"<details><summary>config</summary><pre>{esc(json.dumps(report['config'], indent=1))}</pre></details>"]
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>ragbeam eval "
             f"{esc(report['dataset'])}</title><style>{CSS}</style></head><body>" + "\n".join(parts) + "</body></html>\n")
+
+
+def answer_calibration_section(report: dict, per_q: list[dict]) -> list[str]:
+    """Answer-level figures and calibration: the definition of right, the reliability table and
+    its diagram, the confidence of right vs wrong answers, and the figures per query group."""
+    c = report["calibration"]
+    rel = c["reliability"]
+    out = ["<h2>Answer-level figures and calibration</h2>",
+           f"<p>{esc(c['right_definition'])}. Calibration is of <b>{esc(c['score'])}</b> over the "
+           f"{c['questions']} answered questions: among answers at confidence about c, about c should be right.</p>"]
+    if c.get("fallback"):
+        out.append(f"<p><b>Note:</b> {esc(c['fallback'])}.</p>")
+    out.append(table(["measure", "value"], [[k, c[k]] for k in (
+        "ece", "auc_confidence_vs_right", "auc_confidence_vs_right (all questions)", "mean_confidence (answered)",
+        "share_right (answered)", "calibration_gap (answered)", "records_without_confidence")]))
+    out.append(table(["confidence band", "answers", "mean confidence", "share right"],
+                     [[b["band"], b["count"], b["mean_confidence"], b["share_right"]] for b in rel]))
+    answered = [r for r in per_q if r["status"] == "answered" and "right" in r]
+
+    def score(r):
+        return r["evidence_score"] if r.get("confidence") is None else r["confidence"]
+    charts = [fig(line_chart("reliability", [b["band"] for b in rel], {
+        "share right": [b["share_right"] if b["count"] else None for b in rel],
+        "mean confidence": [b["mean_confidence"] if b["count"] else None for b in rel],
+        "perfect calibration": [(b["lo"] + b["hi"]) / 2 for b in rel]}, x_label="confidence band"),
+        "Share of answers that are right per confidence band, against the band's mean confidence."),
+        fig(histogram("confidence of answers", {
+            "right": [score(r) for r in answered if r["right"]],
+            "not right": [score(r) for r in answered if not r["right"]]}, bins=20),
+            "The confidence of answered questions, split by whether the answer is right.")]
+    out += ["<div class='charts'>"] + charts + ["</div>"]
+    groups = report.get("answers_by_group") or {}
+    if groups:
+        cols = ["questions", "right", "right_page_cited", "gold_span_in_answer", "names_code", "names_code_questions",
+                "ece", "auc_confidence_vs_right", "mean_confidence (answered)", "share_right (answered)"]
+        out += ["<h2>Answer-level figures per query group</h2>",
+                table(["group"] + cols, [[g] + [gs[k] for k in cols] for g, gs in groups.items()])]
+    return out
 
 
 def _rank(r) -> str:
