@@ -32,7 +32,6 @@ from transforms.common.s3 import is_s3
 from configs.schema import Config
 from pipelines.options import pipeline_options
 from transforms.ingest.embed import model_spec_from_config
-from transforms.index.publish import resolve_index
 from transforms.query.answer_stage import AnswerShardFn
 from transforms.query.question_pieces import plan_pieces, read_piece, shards_for
 from transforms.query.records import AnswerRecord, Question
@@ -240,25 +239,45 @@ def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress
 
 def _run_answer(cfg: Config, index: str, qfile, output: str, *, progress: bool,
                 beam_args: Optional[list[str]], log, overwrite: bool, trace: bool) -> dict:
-    from transforms.common.counters import read_counters as counters
     from transforms.common.s3 import settings_from_config as s3_settings
-    from transforms.query.output_stats import refuse_foreign_output
 
     started = time.monotonic()
     from transforms.common.s3 import export_to_environment
     export_to_environment(s3_settings(cfg))  # workers resolve keys, the graph holds none
-    version_dir = resolve_index(index)
+    from transforms.index.layout import pin_current
+    # the version is pinned (a lease the pruner honours) before its manifest is read, and that
+    # manifest is the only one the job reads: a nightly publishing and pruning meanwhile changes nothing
+    version_dir, lease = pin_current(index)
+    try:
+        return _answer_version(cfg, version_dir, qfile, output, progress=progress, beam_args=beam_args, log=log,
+                               overwrite=overwrite, trace=trace, started=started)
+    finally:
+        if lease is not None:
+            lease.release()
+
+
+def _answer_version(cfg: Config, version_dir: str, qfile, output: str, *, progress: bool,
+                    beam_args: Optional[list[str]], log, overwrite: bool, trace: bool, started: float) -> dict:
+    from transforms.common.counters import read_counters as counters
+    from transforms.common.s3 import settings_from_config as s3_settings
+    from transforms.index.publish import read_manifest
+    from transforms.query.output_stats import refuse_foreign_output
+
     questions = qfile.uri
     spec = model_spec_from_config(cfg)
     from transforms.query.engine import check_model
     from transforms.query.version_segments import VersionSegments
-    manifest = json.loads(storage.read_text(storage.join(version_dir, "manifest.json")))
+    manifest = read_manifest(version_dir)  # a cut one: one line naming it
     check_model(manifest, spec)  # refuse before any work, not in every worker
     segments = VersionSegments(version_dir, manifest)  # a version from before segments: one line here
     n_segments = len(segments)
-    if is_s3(version_dir) and _workers_on_this_host(cfg, beam_args):
-        for i in range(n_segments):  # fetched and verified once per host: a bad segment is one line here
+    if not is_s3(version_dir) or _workers_on_this_host(cfg, beam_args):
+        # every segment checked against its segment.json before any work (hashed once per host,
+        # a stat per file after that): a corrupt, cut or unknown-format segment is one line here
+        for i in range(n_segments):
             segments.segment(i)
+            segments.release(i)
+    wire_manifest = {k: v for k, v in manifest.items() if k != "config"}  # what the workers read of it
     s3 = s3_settings(cfg)
     # byte ranges / row groups, read inside the pipeline
     pieces, n_lines = plan_pieces(qfile, s3, max_line_bytes=cfg.questions.max_line_bytes)
@@ -290,7 +309,8 @@ def _run_answer(cfg: Config, index: str, qfile, output: str, *, progress: bool,
                     | "OrderAndDedupe" >> beam.MapTuple(lambda s, recs: (s, order_and_dedupe(
                         [Question.from_wire(r) if isinstance(r, tuple) else r for r in recs]))))
         if n_segments == 1:  # one segment: search and answer in one step
-            answer_fn = AnswerShardFn(version_dir, wcfg, spec, progress_every_s=every_s, trace=trace)
+            answer_fn = AnswerShardFn(version_dir, wcfg, spec, progress_every_s=every_s, trace=trace,
+                                      manifest=wire_manifest)
             to_answer = by_shard
         else:  # scatter (shard x segment), gather per shard (transforms/query/scatter_gather.py)
             from transforms.query.scatter_gather import (EmbedQuestionsFn, GatheredAnswerFn, MergeShardHits,
@@ -299,11 +319,12 @@ def _run_answer(cfg: Config, index: str, qfile, output: str, *, progress: bool,
             hits = (embedded
                     | "ScatterToSegments" >> beam.FlatMap(scatter, n_segments)
                     | "GroupBySegment" >> beam.GroupByKey()
-                    | "SearchSegment" >> beam.ParDo(SearchSegmentFn(version_dir, wcfg))
+                    | "SearchSegment" >> beam.ParDo(SearchSegmentFn(version_dir, wcfg, wire_manifest))
                     | "MergeHits" >> beam.CombinePerKey(MergeShardHits(cfg.retrieve.dense_top_n,
                                                                        cfg.retrieve.bm25_top_n)))
             to_answer = ({"questions": embedded, "hits": hits} | "GatherHits" >> beam.CoGroupByKey())
-            answer_fn = GatheredAnswerFn(version_dir, wcfg, spec, progress_every_s=every_s, trace=trace)
+            answer_fn = GatheredAnswerFn(version_dir, wcfg, spec, progress_every_s=every_s, trace=trace,
+                                         manifest=wire_manifest)
         to_answer | "AnswerAndWriteShard" >> beam.ParDo(AnswerShardToPartFn(answer_fn, parts_dir, shards, fmt,
                                                                             trace=trace))
     stats = counters(p.result)

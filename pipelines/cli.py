@@ -42,7 +42,8 @@ def _build_artifacts(args) -> int:
     cfg = load_config(args.config)
     got = rebuild_segments(cfg, args.index)
     print(f"built {got['version_dir']}: {len(got['segments'])} segment(s) from its shards "
-          f"({got['artifact_s']} s); manifest updated")
+          f"({got['artifact_s']} s); published as a new version {got['version']} (rebuilt from "
+          f"{got['previous_version']}, which is left as it was)")
     return 0
 
 

@@ -254,11 +254,15 @@ def run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool = T
         raise IndexPathError(f"--output {index_dir}: the index directory must be a local path or an s3:// prefix")
     refuse_output_inside_input(input_uri, index_dir, IndexPathError)
     export_to_environment(settings_from_config(cfg))  # workers resolve keys, the graph holds none
+    from transforms.index.layout import refuse_foreign_output
     if is_s3(index_dir):
         index_dir = index_dir.rstrip("/")
-    else:
+    else:  # a non-empty folder that is not an index: refused before anything is made in it
+        refuse_foreign_output(index_dir)
         os.makedirs(index_dir, exist_ok=True)
     with publish.index_lock(index_dir) as lock:  # one writer per index: a second run waits for none, it fails
+        if is_s3(index_dir):  # on object storage once the lock (an index entry) is held; it goes on exit
+            refuse_foreign_output(index_dir)
         import shutil
         import tempfile
         scratch = tempfile.mkdtemp(prefix="ragbeam-index-") if is_s3(index_dir) else None
@@ -273,10 +277,15 @@ def run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool = T
 def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
                beam_args: Optional[list[str]], log, lock=None, scratch: Optional[str] = None) -> dict:
     from transforms.index.manifest import reconcile, write_run_outputs
-    from pipelines.segments import prune_segments, segment_version
+    from pipelines.segments import segment_version
 
     started = time.monotonic()
     spec = model_spec_from_config(cfg)
+    from transforms.index.layout import describe_unexpected, unexpected_entries
+    odd = unexpected_entries(index_dir)  # before any work: reported, ignored by every listing, never deleted
+    if odd:
+        log(f"ragbeam index: ignoring {len(odd)} entr{'y' if len(odd) == 1 else 'ies'} in {index_dir} that no "
+            f"index run wrote (left as they are): {describe_unexpected(odd)}")
     log(f"ragbeam index: listing {input_uri}")
     remote = is_s3(index_dir)
     skipped_at_listing: dict = {}
@@ -350,14 +359,35 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
         lock.check()  # a run whose lease ran out must not publish over its successor
     publish.publish(index_dir, version)
     kill_point("after_publish")
-    # Commit after success: the new vectors join the cache only now.
-    summary["cache_files_added"] = commit_new_entries(publish.version_dir(index_dir, version), cache_dir, version)
-    if cfg.contextualize.kind == "llm":  # the llm's contexts join their cache the same way
-        summary["context_cache_files_added"] = commit_new_entries(
-            publish.version_dir(index_dir, version), context_cache_dir(index_dir, cfg), version, NEW_CONTEXTS_DIR)
-    summary["pruned"] = publish.prune(index_dir, cfg.index.keep_versions)
-    summary["pruned_segments"] = len(prune_segments(index_dir, publish.list_versions(index_dir)))
+    summary["unexpected_entries"] = odd
+    summary["warnings"] = after_switch(cfg, index_dir, version, cache_dir, summary, log)
     return summary
+
+
+def after_switch(cfg: Config, index_dir: str, version: str, cache_dir: str, summary: dict, log) -> list[str]:
+    """Everything after CURRENT names the new version: it is published, so nothing here may fail
+    the run. Each step that fails is a warning (printed, and in the summary); the next run
+    repeats it (cache entries left in the version dir are recovered, pruning runs again)."""
+    from pipelines.segments import after_publish
+    warnings: list[str] = []
+
+    def step(what: str, fn):
+        try:
+            return fn()
+        except Exception as e:
+            warnings.append(f"{what} failed ({type(e).__name__}: {' '.join(str(e).split())[:200]}); the new "
+                            "version is live, the next run does it again")
+            log(f"ragbeam index: warning: {warnings[-1]}")
+            return None
+    # Commit after success: the new vectors join the cache only now.
+    summary["cache_files_added"] = step("adding the new vectors to the embedding cache", lambda: commit_new_entries(
+        publish.version_dir(index_dir, version), cache_dir, version))
+    if cfg.contextualize.kind == "llm":  # the llm's contexts join their cache the same way
+        summary["context_cache_files_added"] = step("adding the llm contexts to their cache", lambda: commit_new_entries(
+            publish.version_dir(index_dir, version), context_cache_dir(index_dir, cfg), version, NEW_CONTEXTS_DIR))
+    pruned = after_publish(index_dir, cfg.index.keep_versions, log)
+    summary["pruned"], summary["pruned_segments"] = pruned["pruned"], pruned["pruned_segments"]
+    return warnings + pruned["warnings"]
 
 
 def upload_driver_outputs(work_dir: str, out_dir: str, fetched: list[str]) -> None:

@@ -74,8 +74,7 @@ def load_live(index_dir: str, scratch: Optional[str] = None, with_artifact: bool
         import tempfile
         vdir = mirror_version(vdir, os.path.join(scratch or tempfile.mkdtemp(prefix="ragbeam-"), "live"),
                               with_artifact)
-    with open(os.path.join(vdir, "manifest.json"), encoding="utf-8") as f:
-        manifest = json.load(f)
+    manifest = publish.read_manifest(vdir)  # a cut one: one line naming it, not a traceback
     if not shard_files(vdir, SOURCES_DIR):
         return None  # a version without a sources table cannot be compared against
     rows = read_table(vdir, SOURCES_DIR).to_pylist()

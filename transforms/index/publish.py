@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import os
 import secrets
 import shutil
 from typing import Optional
 
 from transforms.common import storage
+from transforms.common.errors import ActionableError
 from transforms.common.lock import BusyError, exclusive_lock
 from transforms.common.fault_injection import kill_point
 from transforms.common.s3 import is_s3
@@ -78,6 +80,27 @@ def resolve_index(path: str) -> str:
     raise FileNotFoundError(f"{path}: not an index (no CURRENT) nor an index version (no manifest.json)")
 
 
+class ManifestError(ActionableError):
+    """A version's manifest.json that cannot be read: one line naming it and what to run."""
+
+
+def read_manifest(version_dir: str) -> dict:
+    """A version's manifest.json, read once; a missing, cut or non-JSON one is ManifestError."""
+    path = storage.join(version_dir, "manifest.json")
+    try:
+        data = json.loads(storage.read_text(path))
+    except FileNotFoundError:
+        raise ManifestError(f"{path} is missing (the version was removed, or never completed); "
+                            "answer from the index folder (it follows CURRENT) or re-index") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ManifestError(f"{path} is not valid JSON (cut or damaged: {' '.join(str(e).split())[:120]}); "
+                            "re-index (`ragbeam index` writes a new version) or point CURRENT at an earlier "
+                            "version") from None
+    if not isinstance(data, dict):
+        raise ManifestError(f"{path} is not a ragbeam manifest (a JSON {type(data).__name__}); re-index")
+    return data
+
+
 def _fsync_tree(path: str) -> None:
     for root, _, files in os.walk(path):
         for name in files:
@@ -119,34 +142,58 @@ def _publish_s3(index_dir: str, version: str) -> str:
 
 
 def list_versions(index_dir: str) -> list[str]:
-    """Names under versions/ (complete or not), sorted (names sort by time)."""
-    if is_s3(index_dir):
-        base = storage.join(index_dir, VERSIONS).rstrip("/") + "/"
-        return sorted({u[len(base):].split("/", 1)[0] for u in storage.list_files(base)})
-    root = os.path.join(index_dir, VERSIONS)
-    return sorted(os.listdir(root)) if os.path.isdir(root) else []
+    """The versions under versions/ (complete or not), sorted (names sort by time). Entries no
+    run wrote (a stray `versions/v1.txt`, a folder without a manifest) are not versions: they
+    are ignored here and never pruned (transforms/index/layout.py reports them)."""
+    from transforms.index import layout
+    return layout.s3_versions(index_dir) if is_s3(index_dir) else layout.local_versions(index_dir)
 
 
-def prune(index_dir: str, keep: int) -> list[str]:
-    """Delete all but the newest `keep` versions (never the live one) and stale staging dirs."""
-    if is_s3(index_dir):
-        live = current_version(index_dir)
-        names = list_versions(index_dir)
-        removed = []
-        for name in names[:-keep] if keep < len(names) else []:
-            if name != live:
-                storage.delete_tree(version_dir(index_dir, name))
-                removed.append(name)
-        return removed
+def prune(index_dir: str, keep: int, log=None) -> list[str]:
+    """Delete all but the newest `keep` versions: never the live one, never one a reader holds a
+    lease on (transforms/index/layout.py VersionLease), never an entry no run wrote. Locally a
+    version is renamed away first and its leases looked at again after the rename: a reader
+    that pinned it meanwhile gets it back whole."""
+    from transforms.index import layout
     live = current_version(index_dir)
+    names = list_versions(index_dir)
+    candidates = [n for n in (names[:-keep] if keep < len(names) else []) if n != live]
+    if not candidates:
+        return []
+    held = layout.leased_versions(index_dir, drop_stale=True)
     removed = []
-    versions_root = os.path.join(index_dir, VERSIONS)
-    names = sorted(os.listdir(versions_root)) if os.path.isdir(versions_root) else []
-    for name in names[:-keep] if keep < len(names) else []:
-        if name != live:
-            shutil.rmtree(os.path.join(versions_root, name), ignore_errors=True)
+    for name in candidates:
+        if name in held:
+            if log:
+                log(f"ragbeam: version {name} kept: a running reader holds a lease on it")
+            continue
+        if is_s3(index_dir):
+            storage.delete_tree(version_dir(index_dir, name).rstrip("/") + "/")
             removed.append(name)
+            continue
+        versions_root = os.path.join(index_dir, VERSIONS)
+        doomed = os.path.join(versions_root, layout.PRUNING_PREFIX + name)
+        try:
+            os.rename(os.path.join(versions_root, name), doomed)
+        except OSError:
+            continue
+        if name in layout.leased_versions(index_dir):  # pinned between the first look and the rename
+            os.rename(doomed, os.path.join(versions_root, name))
+            continue
+        shutil.rmtree(doomed, ignore_errors=True)
+        removed.append(name)
     return removed
+
+
+def drop_pruning_leftovers(index_dir: str) -> None:
+    """versions/.pruning-<v> of a pruner killed mid-delete: the version was already gone."""
+    from transforms.index import layout
+    root = os.path.join(index_dir, VERSIONS)
+    if is_s3(index_dir) or not os.path.isdir(root):
+        return
+    for name in os.listdir(root):
+        if name.startswith(layout.PRUNING_PREFIX):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
 class IndexBusyError(BusyError):
@@ -165,8 +212,18 @@ def index_lock(index_dir: str, lease_s: Optional[float] = None):
 
 
 def clear_staging(index_dir: str) -> None:
-    """Left-overs of killed runs: never visible, safe to drop before a new run."""
+    """Left-overs of killed runs: never visible, safe to drop before a new run. Only staging dirs
+    a run made (a version name) go; anything else there is not the index's and stays."""
+    from transforms.index import layout
     if is_s3(index_dir):
-        storage.delete_tree(storage.join(index_dir, STAGING))
+        base = storage.join(index_dir, STAGING).rstrip("/") + "/"
+        names = {u[len(base):].split("/", 1)[0] for u in storage.list_files(base) if "/" in u[len(base):]}
+        for name in sorted(n for n in names if layout.is_version_name(n)):
+            storage.delete_tree(storage.join(index_dir, STAGING, name))
         return
-    shutil.rmtree(os.path.join(index_dir, STAGING), ignore_errors=True)
+    root = os.path.join(index_dir, STAGING)
+    if not os.path.isdir(root):
+        return
+    for name in os.listdir(root):
+        if layout.is_version_name(name) and os.path.isdir(os.path.join(root, name)):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)

@@ -20,7 +20,8 @@ from transforms.common.counters import counter
 from transforms.common.s3 import is_s3
 from transforms.index.segment_plan import BuildItem
 from transforms.index.segment_store import index_meta_sha256, local_segment, upload_segment
-from transforms.index.segments import SEGMENTS_DIR, Segment, SegmentRows, write_segment
+from transforms.index.segments import (SEGMENTS_DIR, Segment, SegmentRows, check_segment, remember_verified,
+                                       write_segment)
 
 
 def read_shard_rows(files: list[str], lo: str, hi: str) -> SegmentRows:
@@ -66,6 +67,7 @@ class BuildSegmentFn(beam.DoFn):
         parts = [read_shard_rows(item.files, item.lo, item.hi)] if item.files else []
         for sid, rows in item.from_segments:
             local = local_segment(self.index_dir, sid, index_meta_sha256(self.index_dir, sid))
+            check_segment(local, full=True)  # always hashed whole before its rows go into a merge
             parts.append(Segment(local).to_rows(np.asarray(rows, np.int64)))
         rows = SegmentRows.concat(parts)
         if rows.n != item.chunks:
@@ -76,6 +78,7 @@ class BuildSegmentFn(beam.DoFn):
                 upload_segment(os.path.join(d, meta["id"]), self.index_dir, meta["id"])
         else:
             meta = write_segment(rows, os.path.join(self.index_dir, SEGMENTS_DIR), self.namespace)
+            remember_verified(os.path.join(self.index_dir, SEGMENTS_DIR, meta["id"]))  # its sha256s are fresh
         # the driver reads the ids back, and the sha256 of the segment.json the index now holds
         # (an upload is skipped where the same id is already there, perhaps from an older build)
         meta = {**meta, "meta_sha256": index_meta_sha256(self.index_dir, meta["id"])}

@@ -24,7 +24,7 @@ from typing import Iterable, Optional
 from transforms.common import storage
 from transforms.common.errors import ActionableError
 from transforms.common.s3 import is_s3
-from transforms.index.segments import META_FILE, SEGMENTS_DIR, verify_files
+from transforms.index.segments import META_FILE, SEGMENTS_DIR, check_segment, verify_files
 
 ENV_CACHE_DIR = "RAGBEAM_INDEX_CACHE_DIR"
 PARTS_DIR = "segment_parts"
@@ -60,9 +60,12 @@ def _host_lock(path: str):
 
 def local_segment(index_dir: str, sid: str, meta_sha256: Optional[str] = None,
                   root: Optional[str] = None) -> str:
-    """A local directory holding segment `sid` of index_dir, verified when it was copied."""
+    """A local directory holding segment `sid` of index_dir, verified when it was copied (or, for
+    a local index, against its segment.json: hashed once per host, segments.check_segment)."""
     if not is_s3(index_dir):
-        return segment_uri(index_dir, sid)
+        local = segment_uri(index_dir, sid)
+        check_segment(local)
+        return local
     root = os.path.join(root or cache_root(), SEGMENTS_DIR)
     os.makedirs(root, exist_ok=True)
     local = os.path.join(root, sid)
@@ -98,9 +101,12 @@ def segment_files(index_dir: str, sid: str, names: Iterable[str], meta_sha256: O
                   root: Optional[str] = None) -> str:
     """A local directory holding segment.json and those of `names` the segment has (an older
     segment may lack one), each verified against segment.json: the segment itself for a local
-    index, a full verified copy where this host has one, else a partial copy."""
+    index (checked whole: segments.check_segment), a full verified copy where this host has one,
+    else a partial copy."""
     if not is_s3(index_dir):
-        return segment_uri(index_dir, sid)
+        local = segment_uri(index_dir, sid)
+        check_segment(local)
+        return local
     base = root or cache_root()
     full = os.path.join(base, SEGMENTS_DIR, sid)
     if _still_verified(full, os.path.join(full, ".verified"), meta_sha256):

@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from transforms.common.errors import ActionableError
 from transforms.index.bm25 import ANALYZER_VERSION, Analyzer
 
 SEGMENT_FORMAT = "seg-v1"
@@ -195,7 +196,11 @@ def write_segment(seg: SegmentRows, segments_root: str, namespace: str, con=None
     sid = segment_id(seg.rows, namespace)
     final = os.path.join(segments_root, sid)
     if os.path.exists(os.path.join(final, META_FILE)):
-        return read_meta(final)
+        try:
+            check_segment(final)
+            return read_meta(final)
+        except SegmentCorrupt:  # the same rows were built before and the copy went bad: build again
+            shutil.rmtree(final, ignore_errors=True)
     tmp = final + f".tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -280,10 +285,17 @@ class Segment:
 
     def __init__(self, segment_dir: str):
         self.dir = segment_dir
-        self.meta = read_meta(segment_dir)
+        try:
+            self.meta = read_meta(segment_dir)
+        except (OSError, ValueError) as e:
+            raise SegmentCorrupt(f"segment {os.path.basename(segment_dir.rstrip('/'))}: "
+                                 f"{os.path.join(segment_dir, META_FILE)} unreadable ({_short(e)}); "
+                                 f"{REBUILD_HINT}") from None
         if self.meta.get("format") != SEGMENT_FORMAT:
-            raise ValueError(f"{segment_dir}: segment format {self.meta.get('format')!r}, this code reads "
-                             f"{SEGMENT_FORMAT!r}: re-index")
+            raise SegmentFormatError(
+                f"segment {self.meta.get('id', os.path.basename(segment_dir))}: "
+                f"{os.path.join(segment_dir, META_FILE)} says format {self.meta.get('format')!r}, this ragbeam "
+                f"reads {SEGMENT_FORMAT!r}; {REBUILD_HINT}")
         self.id, self.n = self.meta["id"], int(self.meta["chunks"])
 
     def __getattr__(self, name: str):  # only called for what is not loaded yet
@@ -318,6 +330,114 @@ class Segment:
         whole = SegmentRows(self.rows, self.vectors, self.sent_ptr, self.sent_start, self.sent_end,
                             self.sent_vec, self.sent_has)
         return whole.take(np.arange(self.n) if idx is None else idx)
+
+
+REBUILD_HINT = ("run `ragbeam index` on this index again (it rebuilds the segment from the version's rows) "
+                "or `ragbeam build-artifacts --index INDEX`")
+
+
+class SegmentCorrupt(ActionableError):
+    """A segment's files do not match the sha256s its segment.json records."""
+
+
+class SegmentFormatError(ActionableError, ValueError):
+    """A segment in a format this ragbeam does not read."""
+
+
+def _short(e: Exception) -> str:
+    return " ".join(str(e).split())[:200]
+
+
+# Verification. Every segment is hashed whole (every file against segment.json) the first time a
+# host opens it; the result is remembered per process and in a per-host marker
+# (<cache>/verified/), keyed by each file's size, mtime, ctime and inode. Any write to a file
+# moves its ctime (which no tool sets back), so a later open costs one stat per file and a file
+# changed, cut or replaced since is hashed again. `full=True` (before a merge) always hashes.
+_VERIFIED: dict[str, dict] = {}
+
+
+def _stat_fp(path: str) -> list:
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def _fingerprints(segment_dir: str, names) -> dict:
+    return {n: _stat_fp(os.path.join(segment_dir, n)) for n in sorted(set(names) | {META_FILE})}
+
+
+def _marker_path(real: str) -> Optional[str]:
+    try:
+        from transforms.index.segment_store import cache_root
+        return os.path.join(cache_root(), "verified", hashlib.sha256(real.encode()).hexdigest()[:32] + ".json")
+    except Exception:
+        return None
+
+
+def _read_marker(real: str) -> Optional[dict]:
+    path = _marker_path(real)
+    try:
+        with open(path, encoding="utf-8") as f:  # type: ignore[arg-type]
+            got = json.load(f)
+        return got["files"] if got.get("path") == real else None
+    except (OSError, TypeError, ValueError, KeyError, AttributeError):
+        return None
+
+
+def _write_marker(real: str, fps: dict) -> None:
+    path = _marker_path(real)
+    if path is None:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"path": real, "files": fps}, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache: the per-process memo still holds
+
+
+def remember_verified(segment_dir: str) -> None:
+    """A segment whose sha256s were just computed (write_segment): later opens need only stats."""
+    real = os.path.realpath(segment_dir)
+    try:
+        fps = _fingerprints(real, read_meta(real).get("files", {}))
+    except (OSError, ValueError):
+        return
+    _VERIFIED[real] = fps
+    _write_marker(real, fps)
+
+
+def check_segment(segment_dir: str, full: bool = False) -> None:
+    """Raise SegmentCorrupt (one line naming the segment and the file) unless every file of the
+    segment matches segment.json; cheap once the host has verified it (see above)."""
+    real = os.path.realpath(segment_dir)
+    sid = os.path.basename(real)
+    try:
+        meta = read_meta(real)
+    except (OSError, ValueError) as e:
+        raise SegmentCorrupt(f"segment {sid}: {os.path.join(segment_dir, META_FILE)} unreadable ({_short(e)}); "
+                             f"{REBUILD_HINT}") from None
+    files = meta.get("files")
+    if not isinstance(files, dict) or not files:
+        raise SegmentCorrupt(f"segment {sid}: {os.path.join(segment_dir, META_FILE)} lists no files; {REBUILD_HINT}")
+    try:
+        fps = _fingerprints(real, files)
+    except OSError:
+        fps = None
+    if not full and fps is not None and (_VERIFIED.get(real) == fps or _read_marker(real) == fps):
+        _VERIFIED[real] = fps
+        return
+    for name, sha in sorted(files.items()):
+        p = os.path.join(segment_dir, name)
+        if not os.path.exists(p):
+            raise SegmentCorrupt(f"segment {sid}: {p} is missing; {REBUILD_HINT}")
+        if _sha256(p) != sha:
+            raise SegmentCorrupt(f"segment {sid}: {p} ({os.path.getsize(p)} bytes) does not match the sha256 "
+                                 f"in {META_FILE} (cut or changed since it was built); {REBUILD_HINT}")
+    fps = _fingerprints(real, files)
+    _VERIFIED[real] = fps
+    _write_marker(real, fps)
 
 
 def verify_files(segment_dir: str) -> Optional[str]:

@@ -12,8 +12,24 @@ import apache_beam as beam
 
 from transforms.common.counters import counter
 from transforms.ingest.embed import ModelSpec
-from transforms.query.engine import QAEngine
+from transforms.query.engine import AnswerSide, QAEngine
 from transforms.query.records import AnswerRecord, InputError, Question
+
+
+class _GivenManifest(AnswerSide):
+    """AnswerSide with the manifest the driver loaded (below QAEngine in PinnedQAEngine's MRO)."""
+
+    def __init__(self, version_dir, cfg, spec, embedder=None, manifest=None):
+        super().__init__(version_dir, cfg, spec, embedder, manifest=manifest or getattr(self, "_given_manifest", None))
+
+
+class PinnedQAEngine(QAEngine, _GivenManifest):
+    """QAEngine over the manifest the answer job's driver read once (and pinned with a lease):
+    a worker never reads the version's manifest again."""
+
+    def __init__(self, version_dir, cfg, spec, manifest: dict = None, embedder=None):
+        self._given_manifest = manifest
+        QAEngine.__init__(self, version_dir, cfg, spec, embedder)
 
 
 class AnswerShardFn(beam.DoFn):
@@ -24,8 +40,9 @@ class AnswerShardFn(beam.DoFn):
     """
 
     def __init__(self, version_dir: str, cfg, spec: ModelSpec, progress_every_s: float = 0.0,
-                 trace: bool = False):
+                 trace: bool = False, manifest: dict = None):
         self.version_dir, self.cfg, self.spec = version_dir, cfg, spec
+        self.manifest = manifest  # the driver's: workers never read the manifest again
         self.trace = trace
         self.progress_every_s = progress_every_s
         self.answered = counter("answered")
@@ -37,7 +54,7 @@ class AnswerShardFn(beam.DoFn):
 
     def setup(self):
         import time
-        self.engine = QAEngine(self.version_dir, self.cfg, self.spec)
+        self.engine = PinnedQAEngine(self.version_dir, self.cfg, self.spec, self.manifest)
         self._t0 = self._last = time.monotonic()
         self._done = 0
 

@@ -89,16 +89,15 @@ class SearchSegmentFn(beam.DoFn):
     """(segment, [(shard, ShardQuestions)]) -> (shard, (segment, [SegmentHits per question])).
     Opens the one segment, searches every shard grouped to it, then lets it go."""
 
-    def __init__(self, version_dir: str, cfg):
+    def __init__(self, version_dir: str, cfg, manifest: Optional[dict] = None):
         self.version_dir, self.cfg = version_dir, cfg
+        self.manifest = manifest  # the driver's: workers never read the manifest again
         self.searched = counter("segment_searches")
 
     def setup(self):
-        import json
-        from transforms.common import storage
+        from transforms.index.publish import read_manifest
         from transforms.query.version_segments import VersionSegments
-        manifest = json.loads(storage.read_text(storage.join(self.version_dir, "manifest.json")))
-        self.segments = VersionSegments(self.version_dir, manifest)
+        self.segments = VersionSegments(self.version_dir, self.manifest or read_manifest(self.version_dir))
 
     def process(self, element):
         from transforms.query.engine import open_searcher
@@ -156,7 +155,7 @@ class GatheredAnswerFn(AnswerShardFn):
     def setup(self):
         import time
         from transforms.query.engine import AnswerSide
-        self.engine = AnswerSide(self.version_dir, self.cfg, self.spec)
+        self.engine = AnswerSide(self.version_dir, self.cfg, self.spec, manifest=self.manifest)
         self._t0 = self._last = time.monotonic()
         self._done = 0
         self._pre: dict = {}
@@ -195,7 +194,6 @@ class GatheredAnswerFn(AnswerShardFn):
 
 
 def version_segment_count(version_dir: str) -> Optional[int]:
-    import json
-    from transforms.common import storage
-    m = json.loads(storage.read_text(storage.join(version_dir, "manifest.json")))
+    from transforms.index.publish import read_manifest
+    m = read_manifest(version_dir)
     return len(m.get("segments") or []) or None
