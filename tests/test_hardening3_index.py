@@ -290,6 +290,21 @@ def test_pruning_never_removes_a_leased_version_local(tmp_path):
     assert layout.leased_versions(str(tmp_path), drop_stale=True) == set() and not os.path.exists(stale)
 
 
+def test_a_read_only_index_is_still_answered_unpinned(tmp_path, monkeypatch):
+    """A reader that cannot write its lease (a read-only mount) still reads; it is only unpinned."""
+    d = publish.staging_dir(str(tmp_path), "v1")
+    os.makedirs(d)
+    open(os.path.join(d, "manifest.json"), "w").write("{}")
+    publish.publish(str(tmp_path), "v1")
+
+    def refuse(*a, **k):
+        raise PermissionError(13, "Read-only file system")
+    monkeypatch.setattr(layout.storage, "write_json", refuse)
+    vdir, lease = layout.pin_current(str(tmp_path))
+    assert vdir.endswith("versions/v1") and lease.uri is None
+    lease.release()
+
+
 def test_pruning_never_removes_a_leased_version_s3(s3_server, tmp_path, monkeypatch):
     from transforms.common import storage
     for k, v in {**s3_server.env(), "RAGBEAM__S3__ENDPOINT_URL": s3_server.endpoint_url,

@@ -205,7 +205,15 @@ class VersionLease:
         storage.write_json(self.uri, body)
 
     def acquire(self) -> None:
-        self._write()
+        try:
+            self._write()
+        except Exception as e:  # a read-only index (mount, bucket policy): answer anyway, unpinned
+            import logging
+            self.uri = None
+            logging.getLogger("ragbeam").warning(
+                "could not take a read lease on version %s of %s (%s): a nightly may prune it while this "
+                "job runs", self.version, self.index_dir, type(e).__name__)
+            return
         self._thread = threading.Thread(target=self._renew, name="ragbeam-read-lease", daemon=True)
         self._thread.start()
 
@@ -218,6 +226,8 @@ class VersionLease:
 
     def release(self) -> None:
         self._stop.set()
+        if self.uri is None:
+            return
         if self._thread is not None:
             self._thread.join(timeout=5)
         with contextlib.suppress(Exception):
