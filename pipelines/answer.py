@@ -244,7 +244,7 @@ def _run_answer(cfg: Config, index: str, qfile, output: str, *, progress: bool,
     started = time.monotonic()
     from transforms.common.s3 import export_to_environment
     export_to_environment(s3_settings(cfg))  # workers resolve keys, the graph holds none
-    from transforms.index.layout import pin_current
+    from transforms.index.publish import pin_current
     # the version is pinned (a lease the pruner honours) before its manifest is read, and that
     # manifest is the only one the job reads: a nightly publishing and pruning meanwhile changes nothing
     version_dir, lease = pin_current(index)

@@ -236,7 +236,7 @@ def test_build_artifacts_publishes_a_new_version_and_leaves_the_read_one_whole(m
     from transforms.query.answer_stage import PinnedQAEngine
     from transforms.query.records import Question
     idx = _copy(mini_index, tmp_path)
-    old_dir, lease = layout.pin_current(str(idx))
+    old_dir, lease = publish.pin_current(str(idx))
     manifest_bytes = open(os.path.join(old_dir, "manifest.json"), "rb").read()
     cfg = _cfg(test_config)
     engine = PinnedQAEngine(old_dir, cfg, model_spec_from_config(cfg), json.loads(manifest_bytes))
@@ -300,7 +300,7 @@ def test_a_read_only_index_is_still_answered_unpinned(tmp_path, monkeypatch):
     def refuse(*a, **k):
         raise PermissionError(13, "Read-only file system")
     monkeypatch.setattr(layout.storage, "write_json", refuse)
-    vdir, lease = layout.pin_current(str(tmp_path))
+    vdir, lease = publish.pin_current(str(tmp_path))
     assert vdir.endswith("versions/v1") and lease.uri is None
     lease.release()
 

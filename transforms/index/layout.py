@@ -9,9 +9,9 @@ the index's: `unexpected_entries` reports it before a run does any work, every l
 it and nothing ever deletes it. `refuse_foreign_output` refuses to index into a non-empty folder
 that is not an index (no CURRENT) and holds anything an index would not have written.
 
-Readers pin the version they read: `pin_version` writes `leases/<v>/<token>.json` (renewed while
-the reader runs, deleted when it ends) and the pruner (transforms/index/publish.prune) never
-removes a version with an unexpired lease, locally or on object storage.
+Readers pin the version they read (publish.pin_current): a VersionLease writes
+`leases/<v>/<token>.json` (renewed while the reader runs, deleted when it ends) and the pruner
+(publish.prune) never removes a version with an unexpired lease, locally or on object storage.
 """
 from __future__ import annotations
 
@@ -279,26 +279,6 @@ def pinned(index_dir: Optional[str], version: Optional[str]):
         yield lease
     finally:
         lease.release()
-
-
-def pin_current(path: str, attempts: int = 5):
-    """(version_dir, lease) for an index dir (its CURRENT) or a version dir inside an index: the
-    lease is taken before the version is checked, so a pruner that looked before us sees it, and
-    one that removed the version meanwhile sends us back to CURRENT. The caller releases the lease."""
-    from transforms.index import publish
-    last: Optional[Exception] = None
-    for _ in range(attempts):
-        vdir = publish.resolve_index(path)
-        index_dir, version = version_parent(vdir)
-        lease = VersionLease(index_dir, version) if index_dir else None
-        if lease is not None:
-            lease.acquire()
-        if storage.exists(storage.join(vdir, "manifest.json")):
-            return vdir, lease
-        if lease is not None:
-            lease.release()
-        last = FileNotFoundError(f"{vdir}: the version was removed while it was being opened")
-    raise last  # type: ignore[misc]
 
 
 def version_parent(version_dir: str) -> tuple[Optional[str], Optional[str]]:

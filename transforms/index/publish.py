@@ -196,6 +196,26 @@ def drop_pruning_leftovers(index_dir: str) -> None:
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
+def pin_current(path: str, attempts: int = 5):
+    """(version_dir, lease) for an index dir (its CURRENT) or a version dir inside an index: the
+    lease is taken before the version is checked, so a pruner that looked before us sees it, and
+    one that removed the version meanwhile sends us back to CURRENT. The caller releases the lease."""
+    from transforms.index.layout import VersionLease, version_parent
+    last: Optional[Exception] = None
+    for _ in range(attempts):
+        vdir = resolve_index(path)
+        index_dir, version = version_parent(vdir)
+        lease = VersionLease(index_dir, version) if index_dir else None
+        if lease is not None:
+            lease.acquire()
+        if storage.exists(storage.join(vdir, "manifest.json")):
+            return vdir, lease
+        if lease is not None:
+            lease.release()
+        last = FileNotFoundError(f"{vdir}: the version was removed while it was being opened")
+    raise last  # type: ignore[misc]
+
+
 class IndexBusyError(BusyError):
     pass
 

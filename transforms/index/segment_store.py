@@ -24,19 +24,14 @@ from typing import Iterable, Optional
 from transforms.common import storage
 from transforms.common.errors import ActionableError
 from transforms.common.s3 import is_s3
-from transforms.index.segments import META_FILE, SEGMENTS_DIR, check_segment, verify_files
+from transforms.index.segments import (ENV_CACHE_DIR, META_FILE, SEGMENTS_DIR, cache_root,  # noqa: F401
+                                       check_segment, verify_files)
 
-ENV_CACHE_DIR = "RAGBEAM_INDEX_CACHE_DIR"
 PARTS_DIR = "segment_parts"
 
 
 class SegmentMismatch(ActionableError):
     pass
-
-
-def cache_root() -> str:
-    return os.environ.get(ENV_CACHE_DIR) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ragbeam", "indexes")
 
 
 def index_of_version(version_dir: str) -> str:

@@ -365,9 +365,17 @@ def _fingerprints(segment_dir: str, names) -> dict:
     return {n: _stat_fp(os.path.join(segment_dir, n)) for n in sorted(set(names) | {META_FILE})}
 
 
+ENV_CACHE_DIR = "RAGBEAM_INDEX_CACHE_DIR"
+
+
+def cache_root() -> str:
+    """This host's cache of index data: S3 segment copies (segment_store.py), verification markers."""
+    return os.environ.get(ENV_CACHE_DIR) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ragbeam", "indexes")
+
+
 def _marker_path(real: str) -> Optional[str]:
     try:
-        from transforms.index.segment_store import cache_root
         return os.path.join(cache_root(), "verified", hashlib.sha256(real.encode()).hexdigest()[:32] + ".json")
     except Exception:
         return None
