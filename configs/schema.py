@@ -240,13 +240,22 @@ class AnswerConfig(_Strict):
                                          "unset: the embedding profile's fit (minilm: 3)")
     top_chunks: int = Field(5, ge=1, le=50, description="chunks whose sentences are scored (and sources a "
                             "generator sees)")
+    selection: Literal["rules", "model"] = Field(
+        "rules", description="rules: the hand-weighted selection (cosine + word share, form filters, call rules); "
+                             "model: a page chosen by the evidence of all its retrieved chunks, then its sentences, "
+                             "by one fitted model, with a calibrated confidence deciding not found "
+                             "(transforms/query/answer_model.json, python -m bench.fit_answer_model; measured below "
+                             "rules on the dev sets' answers so far, docs/answering.md)")
+    read_chunks: int = Field(20, ge=1, le=200, description="selection model: the chunks of the ranked list whose "
+                             "pages and sentences are scored")
     evidence: Literal["model", "sentence"] = Field(
         "model", description="model: the probability that the chunks answer the question (a logistic model over "
                              "sentence and retrieval scores, fitted per embedding profile); sentence: the best sentence "
                              "score alone")
     threshold: Optional[float] = Field(None, ge=-1, le=2, description="below it the answer is \"Not found in the "
-                                       "sources.\"; unset: for evidence model the embedding profile's fitted "
-                                       "threshold (minilm: 0.34), 0.58 for sentence")
+                                       "sources.\"; with selection model, in confidence units (unset: the fitted "
+                                       "model's threshold); with rules, unset: the embedding profile's fitted "
+                                       "evidence threshold (minilm: 0.34), 0.58 for sentence")
     # Extractive selection; the defaults were picked on SQuAD by bench/studies/answer_fit.py.
     gap: float = Field(0.12, ge=0, le=2, description="a further sentence joins only if it scores within this of "
                        "the best")
@@ -427,9 +436,20 @@ class Config(_Strict):
         return self.score_fit.evidence_model if self.answer.evidence == "model" else None
 
     @property
+    def answer_model(self):
+        """The fitted answer selection (selection.AnswerModel) when answer.selection is model, else None."""
+        name = self.score_fit.answer_model
+        if self.answer.selection != "model" or name is None:  # no model fitted on this profile's scores
+            return None
+        from transforms.query.selection import load_model
+        return load_model(name)
+
+    @property
     def evidence_threshold(self) -> float:
         if self.answer.threshold is not None:
             return self.answer.threshold
+        if self.answer_model is not None:  # confidence units
+            return self.answer_model.threshold
         return self.score_fit.evidence_threshold if self.answer.evidence == "model" else 0.58
 
 

@@ -182,7 +182,8 @@ def run_fingerprint(cfg: Config, version_dir: str, qfile) -> dict:
     settings["retrieve"].update(fusion_alpha=cfg.fusion_alpha, fusion_alpha_min=cfg.fusion_alpha_min,
                                 fusion_norm=cfg.fusion_norm)
     settings["answer"].update(threshold=cfg.evidence_threshold, lexical_weight=cfg.lexical_weight,
-                              evidence_model=cfg.evidence_model, max_sentences=cfg.max_sentences)
+                              evidence_model=cfg.evidence_model, max_sentences=cfg.max_sentences,
+                              answer_model=cfg.answer_model.digest if cfg.answer_model is not None else None)
     return {**qfile.version(), "index_version": version_dir.rstrip("/").rsplit("/", 1)[-1],
             "settings": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]}
 

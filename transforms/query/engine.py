@@ -108,7 +108,7 @@ class AnswerSide:
                 form_filter=a.form_filter, restate_overlap=a.restate_overlap,
                 call_lexical=a.call_lexical, call_chunks=a.call_chunks, call_definitions_alone=a.call_definitions_alone,
                 evidence_lexical_weight=a.evidence_lexical_weight,
-                evidence_model=cfg.evidence_model))
+                evidence_model=cfg.evidence_model, answer_model=cfg.answer_model, read_chunks=a.read_chunks))
         else:
             self.answerer = GeneratorAnswerer(_chat_client(a), max_sources=a.top_chunks,
                                               max_source_chars=a.max_source_chars, concurrency=a.concurrency,
@@ -248,6 +248,7 @@ class AnswerSide:
                 unfound_quotes_removed=getattr(res, "n_quotes_removed", 0),
                 removed=getattr(res, "removed", []),
                 evidence_score=round(float(res.evidence_score), 4),
+                confidence=None if res.confidence is None else round(float(res.confidence), 4),
                 conflicts=getattr(res, "conflicts", []),
                 retrieved=[{"rank": i + 1, "doc_id": c.doc_id, "chunk_id": c.chunk_id,
                             "source": c.source_uri, "score": round(float(c.final_score), 6)}
@@ -289,7 +290,9 @@ class AnswerSide:
         def ranked(pairs, n=20):
             return [[ids[c], round(s, 6)] for c, s in pairs[:n]]
         n_ctx = self.cfg.answer.top_chunks
-        if isinstance(self.answerer, SentenceAnswerer) and self.answerer.p.call_chunks and question_form(question) == "call":
+        if isinstance(self.answerer, SentenceAnswerer) and self.answerer.p.answer_model is not None:
+            n_ctx = self.answerer.p.read_chunks  # the fitted selection reads the head of the list
+        elif isinstance(self.answerer, SentenceAnswerer) and self.answerer.p.call_chunks and question_form(question) == "call":
             n_ctx = max(n_ctx, self.answerer.p.call_chunks)  # a call question also reads further definitions
         return {"dense": ranked(r.dense), "bm25": ranked(r.bm25), "fused": ranked(r.fused),
                 "reranked": [[c.chunk_id, round(float(c.final_score), 6)] for c in head],

@@ -37,6 +37,7 @@ config (configs/schema.py AnswerConfig), measured with bench/studies/answer_vari
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Optional
@@ -49,6 +50,7 @@ from transforms.query.conflicts import find_conflicts
 from transforms.query.records import Candidate
 from transforms.query.rerank import VectorCache, candidate_sentences
 from transforms.ingest.sentvec import SentenceStore
+from transforms.query.selection import SENT_DESCRIPTION
 
 _WORD = re.compile(r"[a-z0-9_]+")
 _STOP = frozenset("""a an and are as at be by can do does did for from has have had how i if in is it its
@@ -278,6 +280,32 @@ def call_words(text: str) -> set[str]:
     return words
 
 
+# a cross-reference ("See How do I ...?") or a table of contents' line ("json ..... 8.10")
+_SEE = re.compile(r"^\s*(see( also)?|cf\.|refer to)\b|\.{5,}", re.I)
+# a name in code form: a call (f(), json.dumps(...)), a dotted, :: or _ joined name, a $ or % variable
+_IDENT = re.compile(r"\b[A-Za-z_][\w]*\(|\b\w+(?:(?:\.|::)\w+)+\b|\b[a-z]+_\w+\b|(?<!\w)[$%@][A-Za-z_]\w*|\b[a-z]+[A-Z]\w*\b")
+
+
+@functools.lru_cache(maxsize=200_000)
+def sentence_traits(s: str) -> tuple[str, bool, bool, bool, float]:
+    """(kind, is a term line, a "See ..." cross-reference, names something in code form, log words)
+    of one sentence (the selection model's inputs), cached by text: the same chunks come back for
+    many questions."""
+    # a fragment with no word in it (a page number left by a table of contents) reads as navigation
+    return (sentence_kind(s), is_term(s), bool(_SEE.search(s) or not re.search(r"[A-Za-z]{2}", s)),
+            bool(_IDENT.search(s)),
+            float(np.log1p(len(s.split()))))
+
+
+@functools.lru_cache(maxsize=200_000)
+def _sentence_words(s: str) -> tuple[frozenset, frozenset, frozenset]:
+    """A sentence's content words, its call words, and every 3+ letter prefix of its call words
+    (loose_overlap by set lookups), cached by text: the same chunks come back for many questions."""
+    cw = call_words(s)
+    return (frozenset(content_words(s)), frozenset(cw),
+            frozenset(w[:k] for w in cw if len(w) >= 3 for k in range(3, len(w) + 1)))
+
+
 def loose_overlap(qwords: set[str], words: set[str]) -> set[str]:
     """The question's words a sentence holds, a word also matching when one is the start of the
     other (3 letters at least): API docs abbreviate (str, obj, dict) and inflect (locales,
@@ -329,6 +357,10 @@ class SentenceParams:
     # (w_sentence, w_cosine, w_bm25_coverage, bias) of the logistic evidence
     # model (fitted per embedding model: profiles.ScoreFit); None: the sentence evidence alone, compared with `threshold`
     evidence_model: Optional[tuple] = None
+    # the fitted selection (selection.AnswerModel): a page, then its sentences, and a calibrated
+    # confidence compared with `threshold`; None: the hand-weighted score above
+    answer_model: Optional[object] = None
+    read_chunks: int = 20  # with answer_model: the read list's chunks whose pages and sentences are scored
 
 
 _SET_ASIDE = -1e9  # the score of a sentence that may not answer this question
@@ -355,15 +387,20 @@ class SentenceAnswerer:
         if len(questions) != len(candidates):
             raise ValueError(f"{len(questions)} questions but {len(candidates)} candidate lists")
         p = self.p
-        tops = [list(c[:p.top_chunks]) for c in candidates]
-        more = [list(c[p.top_chunks:p.call_chunks]) if p.call_chunks and question_form(q) == "call" else []
-                for q, c in zip(questions, candidates)]
+        if p.answer_model is not None:  # the fitted selection reads the head of the list, nothing else
+            tops = [list(c[:p.read_chunks]) for c in candidates]
+            more = [[] for _ in candidates]
+        else:
+            tops = [list(c[:p.top_chunks]) for c in candidates]
+            more = [list(c[p.top_chunks:p.call_chunks]) if p.call_chunks and question_form(q) == "call" else []
+                    for q, c in zip(questions, candidates)]
         need, alone = [], []
         for q, cands in zip(questions, [t + m for t, m in zip(tops, more)]):
             for c in cands:  # sentences of chunks the index has no vectors for
                 if not self._stored(c):
                     need.extend(candidate_sentences(c))
-            alone.extend(s for _, s in self.alone_pairs(q, cands))
+            if p.answer_model is None:
+                alone.extend(s for _, s in self.alone_pairs(q, cands))
         queries = [] if qvecs is not None else list(questions)
         if need or queries or alone:  # the batch's texts in one model call
             cache = cache if cache is not None else VectorCache()
@@ -612,8 +649,98 @@ class SentenceAnswerer:
         z = float(self.evidence_features(sentence_evidence, cands) @ np.asarray(m[:3]) + m[3])
         return 1.0 / (1.0 + np.exp(-z))
 
+    def word_shares(self, question: str, flat) -> tuple[np.ndarray, np.ndarray]:
+        """Per sentence: the idf-weighted share of the question's content words it holds, and the
+        same over identifier parts, abbreviations and inflections (call_words, loose_overlap)."""
+        qwords = content_words(question)
+        if not qwords or not flat:
+            return np.zeros(len(flat)), np.zeros(len(flat))
+        w = {t: (1.0 if self.idf is None else self.idf.get(t, self.idf_max)) for t in qwords}
+        total = sum(w.values()) or 1.0
+        # a question word matches loosely when it is a sentence word, starts one, or one starts it
+        heads = {t: [t[:k] for k in range(3, len(t))] for t in qwords if len(t) >= 3}
+        lex, loose = np.zeros(len(flat)), np.zeros(len(flat))
+        for i, (_, s) in enumerate(flat):
+            words, cwords, prefixes = _sentence_words(s)
+            lex[i] = sum(w[t] for t in qwords if t in words)
+            loose[i] = sum(w[t] for t in qwords if t in cwords or
+                           (t in heads and (t in prefixes or any(h in cwords for h in heads[t]))))
+        return lex / total, loose / total
+
+    def fitted_scores(self, question: str, qv: np.ndarray, cands: list[Candidate], cache):
+        """selection.Scored for one question's read candidates under the fitted model."""
+        from transforms.query.selection import score_candidates
+        if cache is None and not all(self._stored(c) for c in cands):  # sentences the index holds no vectors for
+            cache = VectorCache()
+            cache.ensure(self.embedder, [s for c in cands if not self._stored(c) for s in candidate_sentences(c)])
+        flat, cos, mat = self.sentences(qv, cands, cache)
+        lex, loose = self.word_shares(question, flat)
+        kind = answer_type(question)
+        qw = content_words(question)
+        type_hit = np.array([type_match(kind, s, qw) if kind else 0.0 for _, s in flat])
+        described = definitions(flat, cands) if flat else np.zeros(0, bool)
+        traits = [sentence_traits(s) for _, s in flat]
+        head_words = [call_words(" ".join([str(c.title or "")] + [str(h) for h in (c.heading_path or [])]))
+                      for c in cands]  # a call's name, a module's name
+        return score_candidates(self.p.answer_model, question_form(question), qw, cands, flat,
+                                cos, mat, lex, loose, type_hit, described, traits, head_words)
+
+    def _answer_fitted(self, question: str, qv: np.ndarray, cands: list[Candidate], cache) -> AnswerResult:
+        """A page first (the evidence of all its retrieved chunks), then its sentences, by the
+        fitted model; a second page only when the evidence is split; a calibrated confidence."""
+        return self.compose(self.fitted_scores(question, qv, cands, cache), cands)
+
+    def compose(self, sc, cands: list[Candidate], compose: Optional[dict] = None) -> AnswerResult:
+        """The answer from one question's scored candidates (selection.Scored)."""
+        m, p = self.p.answer_model, self.p
+        if sc.lead is None:
+            return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found", confidence=0.0)
+        confidence = float(m.confidence(sc.conf_x)[0])
+        evidence = float(sc.page_p[sc.best_page])  # P(the chosen page is a right page): the page model's
+        if not np.isfinite(confidence) or confidence < p.threshold:
+            return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found", evidence_score=evidence, confidence=confidence)
+        flat, sp, mat = sc.flat, sc.sent_p, sc.mat
+        lead = sc.lead
+        compose = compose or m.compose
+        picked = [lead]
+        keys = {normalize_for_match(flat[lead][1])}
+        order = [i for i in np.argsort(-sp, kind="stable") if sc.page_of[i] == sc.best_page and i != lead]
+        budget = compose.get("word_budget", 10 ** 6) - len(flat[lead][1].split())
+        for i in order:
+            if len(picked) >= p.max_sentences or sp[i] < compose["sentence_ratio"] * sp[lead]:
+                break
+            key = normalize_for_match(flat[i][1])
+            words = len(flat[i][1].split())
+            if key in keys or words > budget or float((mat[picked] @ mat[i]).max()) >= p.dup_sim:
+                continue
+            budget -= words
+            keys.add(key)
+            picked.append(i)
+        # a definition's term leads its description (API docs: the signature, then what it does)
+        ci = flat[lead][0]
+        if lead > 0 and flat[lead - 1][0] == ci and is_term(flat[lead - 1][1]) and not is_term(flat[lead][1]):
+            picked = [lead - 1] + [i for i in picked if i != lead - 1][:p.max_sentences - 1]
+        pairs = [flat[i] for i in picked]
+        head = heading_term(cands[ci])
+        if head and not is_term(pairs[0][1]) and sc.sent_x[lead, SENT_DESCRIPTION] > 0:
+            pairs = [(ci, head)] + pairs[:p.max_sentences - 1]
+        # the evidence is split: a second page's best sentence joins when that page is nearly as likely
+        if len(sc.docs) > 1:
+            second = int(np.argsort(-sc.page_p)[1])
+            on = np.flatnonzero(sc.page_of == second)
+            if len(on) and sc.page_p[second] >= compose["split_ratio"] * sc.page_p[sc.best_page]:
+                j = int(on[np.argmax(sp[on])])
+                if (sp[j] >= compose["sentence_ratio"] * sp[lead] and len(flat[j][1].split()) <= budget
+                        and float((mat[picked] @ mat[j]).max()) < p.dup_sim):
+                    pairs = pairs[:max(1, p.max_sentences - 1)] + [flat[j]]
+        check = cite_sentences(pairs, cands)
+        return AnswerResult(check.answer, "answered", check.citations, check.n_invalid,
+                            evidence_score=evidence, confidence=confidence)
+
     def _answer_one(self, question: str, qv: np.ndarray, cands: list[Candidate], cache,
                     extra: Optional[list[Candidate]] = None) -> AnswerResult:
+        if self.p.answer_model is not None:
+            return self._answer_fitted(question, qv, cands + list(extra or []), cache)
         flat, score, mat = self.score(question, qv, cands, cache)
         if not flat:
             return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found")

@@ -101,6 +101,7 @@ class AnswerRecord:
     unfound_quotes_removed: int = 0  # quoted spans not found in their source
     removed: list[dict] = field(default_factory=list)  # generated sentences removed: {"sentence", "reason"}
     evidence_score: float = 0.0
+    confidence: Optional[float] = None  # calibrated: among answers at confidence c, about c are right
     conflicts: list[dict] = field(default_factory=list)  # competing values among the top sources
     retrieved: list[dict] = field(default_factory=list)  # ranked chunks: rank, doc_id, chunk_id, source, score
     retrieved_docs: list[dict] = field(default_factory=list)  # ranked distinct documents: rank, doc_id, score

@@ -41,6 +41,7 @@ def answer_schema(with_trace: bool):
               ("status", pa.string()), ("error", pa.string()), ("citations", pa.string()),
               ("invalid_citations", pa.int64()), ("unsupported_sentences_removed", pa.int64()),
               ("unfound_quotes_removed", pa.int64()), ("removed", pa.string()), ("evidence_score", pa.float64()),
+              ("confidence", pa.float64()),
               ("conflicts", pa.string()), ("retrieved", pa.string()), ("retrieved_docs", pa.string()),
               ("index_version", pa.string())]
     if with_trace:

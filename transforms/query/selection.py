@@ -1,0 +1,237 @@
+"""The fitted answer selection: a page first, then its sentences, then a calibrated confidence.
+
+Three small models, all fitted by `python -m bench.fit_answer_model` on the tune halves of the dev
+sets and stored in one versioned file (answer_model.json beside this module):
+
+- page: P(a page is a right page) from the evidence of all of its retrieved chunks (best rank,
+  how many of its chunks were retrieved, best chunk and sentence cosines, BM25 coverage, words of
+  the question in its title and headings, how much of it is navigation);
+- sentence: P(a sentence holds what a right answer holds) from the sentence's own features
+  (cosine, word overlap, its kind crossed with the question's form, a definition's term or
+  description, its chunk's rank) and its page's probability;
+- confidence: P(the answer is right) from the chosen page's and lead sentence's probabilities and
+  the retrieval scores, mapped through an isotonic calibration, so that among answers with
+  confidence about c about c are right ("right": docs/answering.md).
+
+Everything here is a pure function of the candidates; the answerer (extract.py) composes the
+answer from it. No rule here exists for one question: every number is fitted.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+MODEL_FILE = os.path.join(os.path.dirname(__file__), "answer_model.json")
+
+FORMS = ("call", "value", "other")
+KINDS = ("code", "table", "params", "nav")  # prose is the base kind
+
+PAGE_FEATURES = (
+    "inv_rank",        # 1 / the best rank of the page's chunks in the read list
+    "log_chunks",      # log(1 + the page's chunks in the read list)
+    "rank_mass",       # sum of 1 / rank over the page's chunks
+    "best_chunk_cos",  # best chunk cosine with the question (fixed scale)
+    "best_cover",      # best BM25 coverage of its chunks
+    "best_sent_cos",   # best sentence cosine on the page
+    "sent_cos_gap",    # that minus the best over every page (<= 0)
+    "best_sent_lex",   # best idf-weighted word share of a sentence on the page
+    "best_sent_mix",   # best cosine + word share of one sentence on the page
+    "title_share",     # share of the question's words in the page's title and headings
+    "nav_share",       # share of the page's sentences that are navigation or cross-references
+    "code_share",      # share of the page's sentences that are code or signatures
+)
+
+SENTENCE_FEATURES = (
+    "cos", "cos_gap", "lex_idf", "call_lex", "type", "inv_rank", "first", "log_words",
+    "term", "description", "see_ref", "ident", "heading_share", "page_prob", "page_is_best",
+    "page_cos_gap", "lex_gap", "cos_x_lex",
+) + tuple(f"{k}_{f}" for k in KINDS for f in FORMS) + tuple(f"ident_{f}" for f in FORMS) + \
+    tuple(f"description_{f}" for f in FORMS) + tuple(f"term_{f}" for f in FORMS)
+
+SENT_DESCRIPTION = SENTENCE_FEATURES.index("description")
+
+CONFIDENCE_FEATURES = (
+    "page_prob", "page_margin", "lead_prob", "best_chunk_cos", "best_cover", "sentence_evidence",
+    "lead_cos", "lead_lex", "page_inv_rank", "page_title_share",
+) + tuple(f"form_{f}" for f in FORMS)
+
+
+
+@dataclass
+class AnswerModel:
+    """The fitted weights (one logistic model each) and the confidence's calibration."""
+    version: str
+    page_w: np.ndarray
+    page_b: float
+    sent_w: np.ndarray
+    sent_b: float
+    conf_w: np.ndarray
+    conf_b: float
+    calib_x: np.ndarray  # isotonic calibration: raw confidence -> share right (np.interp)
+    calib_y: np.ndarray
+    threshold: float  # the default answer.threshold, in confidence units
+    compose: dict  # sentence_ratio: a further sentence joins at this share of the lead's probability;
+    # split_ratio: a second page is cited when its probability is this share of the best page's;
+    # word_budget: the most words an answer has (its lead sentence always stands)
+    fitted_on: dict
+    digest: str = ""  # sha256 of the model file: a resumed answer job reuses shards only under the same fit
+
+    @classmethod
+    def load(cls, path: str = MODEL_FILE) -> "AnswerModel":
+        import hashlib
+        with open(path, "rb") as f:
+            raw = f.read()
+        m = cls.from_dict(json.loads(raw), path)
+        m.digest = hashlib.sha256(raw).hexdigest()[:16]
+        return m
+
+    @classmethod
+    def from_dict(cls, m: dict, path: str = "the answer model") -> "AnswerModel":
+        for part, names in (("page", PAGE_FEATURES), ("sentence", SENTENCE_FEATURES),
+                            ("confidence", CONFIDENCE_FEATURES)):
+            if tuple(m[part]["features"]) != names:
+                raise ValueError(f"{path}: its {part} model was fitted on other features; refit it "
+                                 f"(python -m bench.fit_answer_model)")
+        return cls(version=m["version"],
+                   page_w=np.asarray(m["page"]["weights"], np.float64), page_b=float(m["page"]["bias"]),
+                   sent_w=np.asarray(m["sentence"]["weights"], np.float64), sent_b=float(m["sentence"]["bias"]),
+                   conf_w=np.asarray(m["confidence"]["weights"], np.float64),
+                   conf_b=float(m["confidence"]["bias"]),
+                   calib_x=np.asarray(m["calibration"]["x"], np.float64),
+                   calib_y=np.asarray(m["calibration"]["y"], np.float64),
+                   threshold=float(m["threshold"]), compose=dict(m["compose"]), fitted_on=m.get("fitted_on", {}))
+
+    def page_prob(self, x: np.ndarray) -> np.ndarray:
+        return _sigmoid(x @ self.page_w + self.page_b)
+
+    def sentence_prob(self, x: np.ndarray) -> np.ndarray:
+        return _sigmoid(x @ self.sent_w + self.sent_b)
+
+    def raw_confidence(self, x: np.ndarray) -> np.ndarray:
+        return _sigmoid(x @ self.conf_w + self.conf_b)
+
+    def confidence(self, x: np.ndarray) -> np.ndarray:
+        raw = self.raw_confidence(np.atleast_2d(x))
+        return np.interp(raw, self.calib_x, self.calib_y)
+
+
+@functools.lru_cache(maxsize=4)
+def load_model(name: str = os.path.basename(MODEL_FILE)) -> AnswerModel:
+    """A fitted model shipped beside this module, by file name (an embedding profile's)."""
+    return AnswerModel.load(os.path.join(os.path.dirname(MODEL_FILE), os.path.basename(name)))
+
+
+def default_model() -> AnswerModel:
+    return load_model(os.path.basename(MODEL_FILE))  # the same cache entry the profiles' name gives
+
+
+def _sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-np.clip(z, -50, 50)))
+
+
+def form_onehot(form: str) -> list[float]:
+    return [float(form == f) for f in FORMS]
+
+
+def share(qwords: set[str], words: set[str]) -> float:
+    return len(qwords & words) / len(qwords) if qwords else 0.0
+
+
+@dataclass
+class Scored:
+    """One question's candidates under the model: pages and sentences with their probabilities."""
+    flat: list  # (candidate index, sentence)
+    mat: np.ndarray  # the sentences' unit vectors
+    docs: list  # page doc_ids, in first-seen order
+    page_of: np.ndarray  # per sentence: its page's index in docs
+    page_x: np.ndarray
+    page_p: np.ndarray
+    sent_x: np.ndarray
+    sent_p: np.ndarray
+    conf_x: Optional[np.ndarray] = None  # of the best page's lead sentence
+    lead: Optional[int] = None  # index into flat
+    best_page: Optional[int] = None
+
+
+def score_candidates(model: AnswerModel, form: str, qwords: set[str], cands: list, flat: list,
+                     cos: np.ndarray, mat: np.ndarray, lex: np.ndarray, call_lex: np.ndarray,
+                     type_hit: np.ndarray, described: np.ndarray, traits: list, head_words: list) -> Scored:
+    """Page and sentence probabilities for one question's read candidates (`flat`: their
+    sentences, with cosines, idf word shares, call word shares, answer-type hits, which are a
+    call's description, and each sentence's traits: kind, a term line, a "See ..." reference,
+    names something in code form, log words), `head_words` each candidate's title and heading
+    words, and the confidence features of the best page's lead sentence."""
+    n = len(flat)
+    docs: list = []
+    doc_index: dict = {}
+    for c in cands:
+        if c.doc_id not in doc_index:
+            doc_index[c.doc_id] = len(docs)
+            docs.append(c.doc_id)
+    cand_page = np.array([doc_index[c.doc_id] for c in cands], np.int64)
+    page_of = np.array([cand_page[ci] for ci, _ in flat], np.int64) if n else np.zeros(0, np.int64)
+    kinds = [t[0] for t in traits]
+    nav = np.array([k == "nav" or t[2] for k, t in zip(kinds, traits)], np.float64)
+    code = np.array([k == "code" or t[1] for k, t in zip(kinds, traits)], np.float64)
+    cand_head_share = np.array([share(qwords, w) for w in head_words], np.float64)
+    best_sent_all = float(cos.max()) if n else 0.0
+    P = len(docs)
+    px = np.zeros((P, len(PAGE_FEATURES)), np.float64)
+    for p in range(P):
+        members = np.flatnonzero(cand_page == p)
+        ranks = np.array([int(cands[i].rank or i + 1) for i in members], np.float64)
+        on = page_of == p
+        px[p] = [1.0 / ranks.min(), np.log1p(len(members)), float((1.0 / ranks).sum()),
+                 max((cands[i].dense_cosine or 0.0) for i in members),
+                 max((cands[i].bm25_coverage or 0.0) for i in members),
+                 float(cos[on].max()) if on.any() else 0.0,
+                 (float(cos[on].max()) - best_sent_all) if on.any() else -1.0,
+                 float(lex[on].max()) if on.any() else 0.0,
+                 float((cos[on] + lex[on]).max()) if on.any() else 0.0,
+                 float(cand_head_share[members].max()),
+                 float(nav[on].mean()) if on.any() else 0.0,
+                 float(code[on].mean()) if on.any() else 0.0]
+    page_p = model.page_prob(px) if P else np.zeros(0)
+    # navigation, "See ..." cross-references, tables of contents and index pages never answer
+    # (they may still be retrieved): a page with nothing else is never chosen
+    can_answer = nav == 0
+    for p in range(P):
+        if not (can_answer & (page_of == p)).any():
+            page_p[p] = 0.0
+    best_page = int(np.argmax(page_p)) if P and page_p.max() > 0 else None
+    fo = form_onehot(form)
+    page_best_cos = px[:, 5] if P else np.zeros(0)
+    best_lex = float(lex.max()) if n else 0.0
+    sx = np.zeros((n, len(SENTENCE_FEATURES)), np.float64)
+    for i, ((ci, s), t) in enumerate(zip(flat, traits)):
+        kind, term, see, ident, logw = t
+        first = i == 0 or flat[i - 1][0] != ci
+        after_term = (not first) and traits[i - 1][1] and not term
+        description = float(bool(described[i]) or after_term)
+        row = [float(cos[i]), float(cos[i]) - best_sent_all, float(lex[i]), float(call_lex[i]), float(type_hit[i]),
+               1.0 / int(cands[ci].rank or ci + 1), float(first), logw, float(term), description, float(see),
+               float(ident), float(cand_head_share[ci]), float(page_p[page_of[i]]),
+               float(page_of[i] == best_page), float(cos[i]) - page_best_cos[page_of[i]], float(lex[i]) - best_lex,
+               float(cos[i]) * float(lex[i])]
+        row += [float(kind == k) * f for k in KINDS for f in fo]
+        row += [float(ident) * f for f in fo] + [description * f for f in fo] + [float(term) * f for f in fo]
+        sx[i] = row
+    sent_p = np.where(can_answer, model.sentence_prob(sx), 0.0) if n else np.zeros(0)
+    out = Scored(flat, mat, docs, page_of, px, page_p, sx, sent_p, best_page=best_page)
+    if n and best_page is not None:
+        on = np.flatnonzero(page_of == best_page)
+        if len(on):
+            lead = int(on[np.argmax(sent_p[on])])
+            out.lead = lead
+            others = np.delete(page_p, best_page)
+            out.conf_x = np.array([page_p[best_page], page_p[best_page] - (others.max() if len(others) else 0.0),
+                                   sent_p[lead], px[best_page, 3], max(px[:, 4]),
+                                   float((cos + 0.5 * lex).max()), float(cos[lead]), float(lex[lead]),
+                                   px[best_page, 0], px[best_page, PAGE_FEATURES.index("title_share")]] + fo,
+                                  np.float64)
+    return out
