@@ -7,7 +7,7 @@ INDEX   ?= out/index
 ANSWERS ?= out/answers.jsonl
 
 .PHONY: run test test-core test-flink models flink-setup demo-flink bench bench-quick bench-s3 bench-flink bench-nightly \
-        bench-eval bench-models bench-scale devsets docs install clean s3-up s3-down demo-s3 llm-setup
+        bench-eval bench-models bench-scale devsets answer-model docs install clean s3-up s3-down demo-s3 llm-setup
 
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -94,6 +94,12 @@ bench-eval: $(STAMP)
 # sqlite3-doc, fetched with apt-get download and cached in ~/.cache/ragbeam/debs; out/devsets/<name>/.
 devsets: $(STAMP)
 	$(BIN)/python -m bench.faq_devsets
+
+# The fitted answer selection (answer.selection: model) refitted on the tune halves of SQuAD and the
+# FAQ dev sets, whose indexes `make bench-eval` and `ragbeam eval` on out/devsets built; writes
+# transforms/query/answer_model.json and bench/results/answer_model.json (docs/answering.md).
+answer-model: $(STAMP)
+	$(BIN)/python -m bench.fit_answer_model --write
 
 # The configuration reference, generated from configs/schema.py.
 docs: $(STAMP)

@@ -144,6 +144,8 @@ def main(argv=None) -> None:
     ap.add_argument("--cache", default="out/answer_model")
     ap.add_argument("--write", action="store_true", help="store the fitted model in transforms/query/answer_model.json")
     ap.add_argument("--results", default=str(ROOT / "bench/results/answer_model.json"))
+    ap.add_argument("--report-only", action="store_true",
+                    help="no fit: the shipped model's figures on both halves, reliability tables included")
     ap.add_argument("--rules-only", action="store_true",
                     help="only add the rules' figures on the eval halves to the results file (no fit)")
     args = ap.parse_args(argv)
@@ -159,6 +161,19 @@ def main(argv=None) -> None:
             raise SystemExit(f"{name}: no index at {index} (python -m bench.eval_all / make devsets)")
         sets[name], ev = collect_set(name, index, folder, kind, args.cache, cfg)
         answerers[name] = ev.engine.answerer
+    if args.report_only:  # the shipped model's figures again (reliability tables included), no fit
+        m = S.AnswerModel.load()
+        report = json.loads(Path(args.results).read_text()) if os.path.exists(args.results) else {}
+        for name, a in answerers.items():  # every question answered: summarize applies the threshold,
+            a.p.answer_model, a.p.threshold = m, -1.0  # and the AUC judges the answers it refused too
+        for split in ("tune", "eval"):
+            rows = model_rows(sets, answerers, m, split)
+            report[split] = summarize(rows, m)
+            report[f"reliability_{split}"] = reliability(rows, m)
+        report["rules_eval"] = rules_summary(sets, answerers)
+        print(json.dumps({k: report[k] for k in ("eval", "reliability_eval")}, indent=1), flush=True)
+        Path(args.results).write_text(json.dumps(report, indent=1) + "\n")
+        return
     if args.rules_only:
         report = json.loads(Path(args.results).read_text())
         report["rules_eval"] = rules_summary(sets, answerers)
@@ -268,6 +283,8 @@ def main(argv=None) -> None:
     report = {"model": to_dict(m), "compositions_on_tune": tried, "thresholds_on_tune": table,
               "rules_eval": rules_summary(sets, answerers), "tune": summarize(answer_rows("tune", m, compose), m),
               "eval": summarize(answer_rows("eval", m, compose), m)}
+    for split in ("tune", "eval"):
+        report[f"reliability_{split}"] = reliability(answer_rows(split, m, compose), m)
     print(json.dumps({k: report[k] for k in ("tune", "eval")}, indent=1), flush=True)
     Path(args.results).write_text(json.dumps(report, indent=1) + "\n")
     if args.write:
@@ -299,6 +316,40 @@ def summarize(rows: list[dict], m) -> dict:
                      "auc_conf_vs_right": _finite(M.auc(pos, neg)),
                      "mean_conf_answered": round(M.mean(r["conf"] for r in ans), 4) if ans else None,
                      "share_right_answered": round(M.mean(r["right"] for r in ans), 4) if ans else None}
+    return out
+
+
+def model_rows(sets: dict, answerers: dict, m, split: str) -> list[dict]:
+    """Per question and retrieval (normal, gold hidden): the shipped model's answer as summarize reads it."""
+    rows = []
+    for name, qs in sets.items():
+        a = answerers[name]
+        for key in ("head", "uhead"):
+            res = a.answer([q["text"] for q in qs[split]], [q[key] for q in qs[split]],
+                           qvecs=np.stack([q["qv"] for q in qs[split]]))
+            for q, r in zip(qs[split], res):
+                cited = [c["doc_id"] for c in r.citations]
+                rows.append({"set": name, "hidden": key == "uhead", "conf": r.confidence,
+                             "right": r.status == "answered" and key == "head" and right(r.answer, cited, q),
+                             "page": any(d in q["rel"] for d in cited) and key == "head",
+                             "phrase": bool(q["answers"]) and M.contains_span(r.answer, q["answers"]),
+                             "words": len(r.answer.split()), "answered": r.status == "answered",
+                             "cit_prec": M.citation_precision(cited, q["rel"]) if key == "head" else None})
+    return rows
+
+
+def reliability(rows: list[dict], m) -> dict:
+    """Reliability tables of the answered questions (normal retrieval): SQuAD, and the documentation
+    sets pooled; each band's count, mean confidence and share right, and the ECE."""
+    out = {}
+    for group, names in (("squad", {"squad"}), ("docs", {r["set"] for r in rows} - {"squad"})):
+        ans = [r for r in rows if r["set"] in names and not r["hidden"] and r["answered"]
+               and r["conf"] is not None and r["conf"] >= m.threshold]
+        conf, ok = [r["conf"] for r in ans], [r["right"] for r in ans]
+        table = [{k: (round(v, 4) if isinstance(v, float) and np.isfinite(v) else (None if isinstance(v, float) else v))
+                  for k, v in row.items()} for row in M.reliability_table(conf, ok) if row["count"]]
+        out[group] = {"answered": len(ans), "ece": _finite(M.expected_calibration_error(conf, ok)) if ans else None,
+                      "bands": table}
     return out
 
 
