@@ -147,7 +147,8 @@ def main(argv=None) -> None:
     ap.add_argument("--report-only", action="store_true",
                     help="no fit: the shipped model's figures on both halves, reliability tables included")
     ap.add_argument("--rules-only", action="store_true",
-                    help="only add the rules' figures on the eval halves to the results file (no fit)")
+                    help="fit only the rules answers' confidence into the shipped model (with --write) and add "
+                         "the rules' figures on the eval halves to the results file")
     args = ap.parse_args(argv)
     os.makedirs(args.cache, exist_ok=True)
     # the engine is opened without a model (the fit sets its own on the answerer)
@@ -161,6 +162,7 @@ def main(argv=None) -> None:
             raise SystemExit(f"{name}: no index at {index} (python -m bench.eval_all / make devsets)")
         sets[name], ev = collect_set(name, index, folder, kind, args.cache, cfg)
         answerers[name] = ev.engine.answerer
+        answerers[name].rules_threshold = answerers[name].p.threshold  # the rules' evidence threshold
     if args.report_only:  # the shipped model's figures again (reliability tables included), no fit
         m = S.AnswerModel.load()
         report = json.loads(Path(args.results).read_text()) if os.path.exists(args.results) else {}
@@ -174,11 +176,18 @@ def main(argv=None) -> None:
         print(json.dumps({k: report[k] for k in ("eval", "reliability_eval")}, indent=1), flush=True)
         Path(args.results).write_text(json.dumps(report, indent=1) + "\n")
         return
-    if args.rules_only:
+    if args.rules_only:  # the rules answers' confidence fitted into the shipped model, and reported
+        m = S.AnswerModel.load()
+        fit_rules_confidence(sets, answerers, m, weights_per_set({k: v["tune"] for k, v in sets.items()}))
         report = json.loads(Path(args.results).read_text())
         report["rules_eval"] = rules_summary(sets, answerers)
-        print(json.dumps(report["rules_eval"], indent=1), flush=True)
+        report["rules_confidence_eval"] = rules_calibration_report(sets, answerers, m)
+        report["model"] = to_dict(m)
+        print(json.dumps(report["rules_confidence_eval"], indent=1), flush=True)
         Path(args.results).write_text(json.dumps(report, indent=1) + "\n")
+        if args.write:
+            Path(S.MODEL_FILE).write_text(json.dumps(to_dict(m), indent=1) + "\n")
+            print("wrote", S.MODEL_FILE)
         return
     wset = weights_per_set({k: v["tune"] for k, v in sets.items()})
     m = blank_model()
@@ -278,6 +287,7 @@ def main(argv=None) -> None:
     print("threshold:", m.threshold, flush=True)
     m.version = time.strftime("%Y%m%d") + "-" + "+".join(sets)
     m.fitted_on = {name: {"tune_questions": len(v["tune"]), "eval_questions": len(v["eval"])} for name, v in sets.items()}
+    fit_rules_confidence(sets, answerers, m, wset)
     for name in sets:
         answerers[name].p.threshold = m.threshold
     report = {"model": to_dict(m), "compositions_on_tune": tried, "thresholds_on_tune": table,
@@ -285,6 +295,7 @@ def main(argv=None) -> None:
               "eval": summarize(answer_rows("eval", m, compose), m)}
     for split in ("tune", "eval"):
         report[f"reliability_{split}"] = reliability(answer_rows(split, m, compose), m)
+    report["rules_confidence_eval"] = rules_calibration_report(sets, answerers, m)
     print(json.dumps({k: report[k] for k in ("tune", "eval")}, indent=1), flush=True)
     Path(args.results).write_text(json.dumps(report, indent=1) + "\n")
     if args.write:
@@ -338,18 +349,85 @@ def model_rows(sets: dict, answerers: dict, m, split: str) -> list[dict]:
     return rows
 
 
-def reliability(rows: list[dict], m) -> dict:
+def reliability(rows: list[dict], m, threshold=None) -> dict:
     """Reliability tables of the answered questions (normal retrieval): SQuAD, and the documentation
     sets pooled; each band's count, mean confidence and share right, and the ECE."""
     out = {}
     for group, names in (("squad", {"squad"}), ("docs", {r["set"] for r in rows} - {"squad"})):
         ans = [r for r in rows if r["set"] in names and not r["hidden"] and r["answered"]
-               and r["conf"] is not None and r["conf"] >= m.threshold]
+               and r["conf"] is not None and r["conf"] >= (m.threshold if threshold is None else threshold)]
         conf, ok = [r["conf"] for r in ans], [r["right"] for r in ans]
         table = [{k: (round(v, 4) if isinstance(v, float) and np.isfinite(v) else (None if isinstance(v, float) else v))
                   for k, v in row.items()} for row in M.reliability_table(conf, ok) if row["count"]]
         out[group] = {"answered": len(ans), "ece": _finite(M.expected_calibration_error(conf, ok)) if ans else None,
                       "bands": table}
+    return out
+
+
+def rules_rows(sets: dict, answerers: dict, split: str, model=None) -> list[dict]:
+    """Per question and retrieval (normal, gold hidden): the rules' answer, its confidence features
+    and whether it is right; with `model`, its confidence under that model's rules calibration."""
+    rows = []
+    for name, qs in sets.items():
+        a = answerers[name]
+        saved = (a.p.answer_model, a.p.confidence_model, a.p.threshold)
+        a.p.answer_model, a.p.confidence_model, a.p.threshold = None, model, a.rules_threshold
+        try:
+            for key in ("head", "uhead"):
+                res = a.answer([q["text"] for q in qs[split]], [q[key] for q in qs[split]],
+                               qvecs=np.stack([q["qv"] for q in qs[split]]))
+                for q, r in zip(qs[split], res):
+                    if r.status != "answered":
+                        continue
+                    cited = [c["doc_id"] for c in r.citations]
+                    rows.append({"set": name, "hidden": key == "uhead", "conf": r.confidence, "answered": True,
+                                 "x": a.rules_features(q["text"], r, list(q[key][:a.p.read_chunks])),
+                                 "right": key == "head" and right(r.answer, cited, q)})
+        finally:
+            a.p.answer_model, a.p.confidence_model, a.p.threshold = saved
+    return rows
+
+
+def fit_rules_confidence(sets: dict, answerers: dict, m, wset: dict) -> None:
+    """The rules answers' confidence: logistic regression over RULES_CONFIDENCE_FEATURES on the tune
+    halves' answered questions (normal and gold hidden), isotonic calibration on out-of-fold predictions."""
+    rows = rules_rows(sets, answerers, "tune")
+    X = np.array([r["x"] for r in rows])
+    Y = np.array([r["right"] for r in rows])
+    W = np.array([wset[r["set"]] for r in rows])
+    m.rules_w, m.rules_b, m.rules_calib_x, m.rules_calib_y = calibrated_lr(X, Y, W)
+    print("rules confidence:", dict(zip(S.RULES_CONFIDENCE_FEATURES, np.round(m.rules_w, 3))), flush=True)
+
+
+def calibrated_lr(X, Y, W):
+    """(weights, bias, calibration x, calibration y): a logistic regression and the isotonic map of its
+    out-of-fold predictions (5 folds) to the share right."""
+    from sklearn.isotonic import IsotonicRegression
+    from sklearn.model_selection import StratifiedKFold
+    oof = np.zeros(len(Y))
+    for tr, te in StratifiedKFold(5, shuffle=True, random_state=0).split(X, Y):
+        w, b = fit_lr(X[tr], Y[tr], W[tr])
+        oof[te] = S._sigmoid(X[te] @ w + b)
+    w, b = fit_lr(X, Y, W)
+    iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(oof, Y, sample_weight=W)
+    return w, b, np.asarray(iso.X_thresholds_), np.asarray(iso.y_thresholds_)
+
+
+def rules_calibration_report(sets: dict, answerers: dict, m) -> dict:
+    """The rules answers' confidence on the eval halves: per set AUC, mean confidence vs share right,
+    and reliability tables (SQuAD; the documentation sets pooled)."""
+    rows = rules_rows(sets, answerers, "eval", m)
+    out = {"sets": {}}
+    for name in sets:
+        mine = [r for r in rows if r["set"] == name and not r["hidden"]]
+        pos = [r["conf"] for r in mine if r["right"]]
+        neg = [r["conf"] for r in mine if not r["right"]]
+        out["sets"][name] = {"answered": len(mine), "auc_conf_vs_right": _finite(M.auc(pos, neg)),
+                             "mean_conf": _finite(M.mean(r["conf"] for r in mine)) if mine else None,
+                             "share_right": _finite(M.mean(r["right"] for r in mine)) if mine else None}
+    for r in rows:
+        r["answered"] = True
+    out["reliability"] = reliability(rows, m, threshold=-1.0)
     return out
 
 
@@ -364,12 +442,13 @@ def rules_summary(sets: dict, answerers: dict, split: str = "eval") -> dict:
     out = {}
     for name, qs in sets.items():
         a = answerers[name]
-        saved, a.p.answer_model = a.p.answer_model, None
+        saved = (a.p.answer_model, a.p.threshold)
+        a.p.answer_model, a.p.threshold = None, a.rules_threshold
         try:
             res = a.answer([q["text"] for q in qs[split]], [q["head"] for q in qs[split]],
                            qvecs=np.stack([q["qv"] for q in qs[split]]))
         finally:
-            a.p.answer_model = saved
+            a.p.answer_model, a.p.threshold = saved
         rows = []
         for q, r in zip(qs[split], res):
             cited = [c["doc_id"] for c in r.citations]
@@ -399,6 +478,9 @@ def to_dict(m: S.AnswerModel) -> dict:
             "confidence": {"features": list(S.CONFIDENCE_FEATURES), "weights": r(m.conf_w),
                            "bias": round(m.conf_b, 6)},
             "calibration": {"x": r(m.calib_x), "y": r(m.calib_y)},
+            **({} if m.rules_w is None else {"rules_confidence": {
+                "features": list(S.RULES_CONFIDENCE_FEATURES), "weights": r(m.rules_w), "bias": round(m.rules_b, 6),
+                "calibration": {"x": r(m.rules_calib_x), "y": r(m.rules_calib_y)}}}),
             "compose": m.compose, "threshold": m.threshold}
 
 

@@ -445,6 +445,16 @@ class Config(_Strict):
         return load_model(name)
 
     @property
+    def confidence_model(self):
+        """The embedding profile's fitted model (selection.AnswerModel) whose rules calibration gives
+        a rules answer its confidence; None where none is fitted for the profile."""
+        name = self.score_fit.answer_model
+        if name is None or self.answer.selection != "rules":
+            return None
+        from transforms.query.selection import load_model
+        return load_model(name)
+
+    @property
     def evidence_threshold(self) -> float:
         if self.answer.threshold is not None:
             return self.answer.threshold

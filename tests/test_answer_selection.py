@@ -141,3 +141,32 @@ def test_the_engine_with_the_fitted_selection_writes_a_confidence_and_decides_no
         assert recs[0].status == "answered" and "ERR_CONN_4042" in recs[0].answer, recs[0]
     finally:
         e.close()
+
+
+def test_the_rules_answers_carry_a_calibrated_confidence(mini_index, test_config):
+    # the default (answer.selection: rules): an answered record's confidence comes from the shipped
+    # model's rules calibration, the same answer as without it; not found has none
+    from dataclasses import replace as dc_replace
+    from transforms.index import publish
+    from transforms.ingest.embed import model_spec_from_config
+    from transforms.query.engine import QAEngine
+    from transforms.query.records import Question
+    from transforms.query.selection import RULES_CONFIDENCE_FEATURES
+    assert test_config.answer.selection == "rules" and test_config.confidence_model.rules_w is not None
+    assert test_config.confidence_model.rules_w.shape == (len(RULES_CONFIDENCE_FEATURES),)
+    index_dir, _ = mini_index
+    e = QAEngine(publish.resolve_index(str(index_dir)), test_config, model_spec_from_config(test_config))
+    try:
+        qs = [Question("a", "What does error ERR_CONN_4042 mean?"), Question("b", "What is the boiling point of tea?")]
+        recs = e.answer_batch(qs, top_k=10)
+        e.answerer.p = dc_replace(e.answerer.p, confidence_model=None)
+        plain = e.answer_batch(qs, top_k=10)
+    finally:
+        e.close()
+    for r, p in zip(recs, plain):
+        assert (r.answer, r.status) == (p.answer, p.status) and p.confidence is None
+        if r.status == "answered":
+            assert 0.0 <= r.confidence <= 1.0
+        else:
+            assert r.confidence is None
+    assert recs[0].status == "answered"

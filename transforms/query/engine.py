@@ -108,7 +108,8 @@ class AnswerSide:
                 form_filter=a.form_filter, restate_overlap=a.restate_overlap,
                 call_lexical=a.call_lexical, call_chunks=a.call_chunks, call_definitions_alone=a.call_definitions_alone,
                 evidence_lexical_weight=a.evidence_lexical_weight,
-                evidence_model=cfg.evidence_model, answer_model=cfg.answer_model, read_chunks=a.read_chunks))
+                evidence_model=cfg.evidence_model, answer_model=cfg.answer_model, read_chunks=a.read_chunks,
+                confidence_model=cfg.confidence_model))
         else:
             self.answerer = GeneratorAnswerer(_chat_client(a), max_sources=a.top_chunks,
                                               max_source_chars=a.max_source_chars, concurrency=a.concurrency,

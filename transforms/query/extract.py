@@ -360,7 +360,9 @@ class SentenceParams:
     # the fitted selection (selection.AnswerModel): a page, then its sentences, and a calibrated
     # confidence compared with `threshold`; None: the hand-weighted score above
     answer_model: Optional[object] = None
-    read_chunks: int = 20  # with answer_model: the read list's chunks whose pages and sentences are scored
+    read_chunks: int = 20
+    # with the hand-weighted selection: the model whose rules calibration gives each answer a confidence
+    confidence_model: Optional[object] = None  # with answer_model: the read list's chunks whose pages and sentences are scored
 
 
 _SET_ASIDE = -1e9  # the score of a sentence that may not answer this question
@@ -409,12 +411,32 @@ class SentenceAnswerer:
         if qvecs is None:
             qvecs = cache.query_matrix(self.embedder, list(questions))
         out = []
-        for q, qv, cands, extra in zip(questions, qvecs, tops, more):
+        for q, qv, cands, extra, read in zip(questions, qvecs, tops, more, candidates):
             try:
-                out.append(self._answer_one(q, np.asarray(qv, np.float32), cands, cache, extra))
+                res = self._answer_one(q, np.asarray(qv, np.float32), cands, cache, extra)
+                if p.answer_model is None and p.confidence_model is not None and res.status == "answered":
+                    res.confidence = self.rules_confidence(q, res, list(read[:p.read_chunks]))
+                out.append(res)
             except Exception as e:  # one bad record must not sink the batch
                 out.append(AnswerResult("", "error", error=f"{type(e).__name__}: {e}"))
         return out
+
+    def rules_features(self, question: str, res: AnswerResult, read: list[Candidate]) -> np.ndarray:
+        """selection.RULES_CONFIDENCE_FEATURES of a rules answer over the head of its ranked list."""
+        from transforms.query.selection import rules_features
+        qwords = content_words(question)
+        shares: dict = {}
+        for c in read:
+            if c.doc_id not in shares:
+                words = call_words(" ".join([str(c.title or "")] + [str(h) for h in (c.heading_path or [])]))
+                shares[c.doc_id] = len(qwords & words) / len(qwords) if qwords else 0.0
+        lead = (res.citations[0].get("quote") if res.citations else None) or res.answer
+        return rules_features(question_form(question), float(res.evidence_score), res.citations, read, shares,
+                              sentence_traits(str(lead)))
+
+    def rules_confidence(self, question: str, res: AnswerResult, read: list[Candidate]) -> Optional[float]:
+        """The calibrated probability that a rules answer is right (selection.AnswerModel)."""
+        return self.p.confidence_model.rules_confidence(self.rules_features(question, res, read))
 
     def set_idf(self, texts) -> None:
         """Weigh the lexical term by inverse document frequency over `texts` (the chunks)."""

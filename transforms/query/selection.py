@@ -55,6 +55,14 @@ SENTENCE_FEATURES = (
 
 SENT_DESCRIPTION = SENTENCE_FEATURES.index("description")
 
+# the confidence of the hand-weighted selection's answer (answer.selection: rules): what retrieval and
+# the rules' evidence say about the page the answer cites and its lead sentence
+RULES_CONFIDENCE_FEATURES = (
+    "evidence", "best_chunk_cos", "best_cover", "cited_docs", "cited_inv_rank", "cited_is_top",
+    "cited_log_chunks", "cited_cos", "cited_cover", "cited_title_share", "lead_code", "lead_table",
+    "lead_nav", "lead_log_words",
+) + tuple(f"form_{f}" for f in FORMS)
+
 CONFIDENCE_FEATURES = (
     "page_prob", "page_margin", "lead_prob", "best_chunk_cos", "best_cover", "sentence_evidence",
     "lead_cos", "lead_lex", "page_inv_rank", "page_title_share",
@@ -79,6 +87,10 @@ class AnswerModel:
     # split_ratio: a second page is cited when its probability is this share of the best page's;
     # word_budget: the most words an answer has (its lead sentence always stands)
     fitted_on: dict
+    rules_w: Optional[np.ndarray] = None  # the rules' answers' confidence (RULES_CONFIDENCE_FEATURES)
+    rules_b: float = 0.0
+    rules_calib_x: Optional[np.ndarray] = None
+    rules_calib_y: Optional[np.ndarray] = None
     digest: str = ""  # sha256 of the model file: a resumed answer job reuses shards only under the same fit
 
     @classmethod
@@ -104,7 +116,15 @@ class AnswerModel:
                    conf_b=float(m["confidence"]["bias"]),
                    calib_x=np.asarray(m["calibration"]["x"], np.float64),
                    calib_y=np.asarray(m["calibration"]["y"], np.float64),
-                   threshold=float(m["threshold"]), compose=dict(m["compose"]), fitted_on=m.get("fitted_on", {}))
+                   threshold=float(m["threshold"]), compose=dict(m["compose"]), fitted_on=m.get("fitted_on", {}),
+                   **_rules_part(m, path))
+
+    def rules_confidence(self, x: np.ndarray) -> Optional[float]:
+        """Calibrated P(right) of a rules answer; None when no such calibration was fitted."""
+        if self.rules_w is None:
+            return None
+        raw = _sigmoid(np.atleast_2d(x) @ self.rules_w + self.rules_b)
+        return float(np.interp(raw, self.rules_calib_x, self.rules_calib_y)[0])
 
     def page_prob(self, x: np.ndarray) -> np.ndarray:
         return _sigmoid(x @ self.page_w + self.page_b)
@@ -118,6 +138,38 @@ class AnswerModel:
     def confidence(self, x: np.ndarray) -> np.ndarray:
         raw = self.raw_confidence(np.atleast_2d(x))
         return np.interp(raw, self.calib_x, self.calib_y)
+
+
+def _rules_part(m: dict, path: str) -> dict:
+    r = m.get("rules_confidence")
+    if not r:
+        return {}
+    if tuple(r["features"]) != RULES_CONFIDENCE_FEATURES:
+        raise ValueError(f"{path}: its rules confidence was fitted on other features; refit it "
+                         f"(python -m bench.fit_answer_model)")
+    return {"rules_w": np.asarray(r["weights"], np.float64), "rules_b": float(r["bias"]),
+            "rules_calib_x": np.asarray(r["calibration"]["x"], np.float64),
+            "rules_calib_y": np.asarray(r["calibration"]["y"], np.float64)}
+
+
+def rules_features(form: str, evidence: float, citations: list, cands: list, title_share: dict,
+                   lead_traits: tuple) -> np.ndarray:
+    """RULES_CONFIDENCE_FEATURES of one rules answer: its evidence, the best retrieval scores, and
+    the cited page's (the first citation's) rank, retrieved chunks, scores and title words;
+    `title_share`: doc_id -> share of the question's words in its title and headings;
+    `lead_traits`: extract.sentence_traits of the lead sentence."""
+    cited = [c.get("doc_id") for c in citations]
+    doc = cited[0] if cited else None
+    mine = [(i, c) for i, c in enumerate(cands) if c.doc_id == doc]
+    ranks = [int(c.rank or i + 1) for i, c in mine] or [len(cands) + 1]
+    kind, term, nav, _, logw = lead_traits
+    return np.array([evidence, max((c.dense_cosine or 0.0) for c in cands) if cands else 0.0,
+                     max((c.bm25_coverage or 0.0) for c in cands) if cands else 0.0,
+                     float(len(set(cited))), 1.0 / min(ranks), float(bool(cands) and cands[0].doc_id == doc),
+                     float(np.log1p(len(mine))), max(((c.dense_cosine or 0.0) for _, c in mine), default=0.0),
+                     max(((c.bm25_coverage or 0.0) for _, c in mine), default=0.0), title_share.get(doc, 0.0),
+                     float(kind == "code" or term), float(kind in ("table", "params")), float(kind == "nav" or nav),
+                     logw] + form_onehot(form), np.float64)
 
 
 @functools.lru_cache(maxsize=4)
