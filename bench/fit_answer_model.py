@@ -229,14 +229,7 @@ def main(argv=None) -> None:
                     scored[(name, split, key)] = score_all(a, model, qs[split], key)
                 for q, sc in zip(qs[split], scored[(name, split, key)]):
                     cands = list(q[key][:a.p.read_chunks])
-                    r = a.compose(sc, cands, compose)
-                    cited = [c["doc_id"] for c in r.citations]
-                    rows.append({"set": name, "hidden": key == "uhead", "x": sc.conf_x, "conf": r.confidence,
-                                 "right": r.status == "answered" and key == "head" and right(r.answer, cited, q),
-                                 "page": any(d in q["rel"] for d in cited) and key == "head",
-                                 "phrase": bool(q["answers"]) and M.contains_span(r.answer, q["answers"]),
-                                 "words": len(r.answer.split()), "answered": r.status == "answered",
-                                 "cit_prec": M.citation_precision(cited, q["rel"]) if key == "head" else None})
+                    rows.append({**answer_row(name, key, q, a.compose(sc, cands, compose)), "x": sc.conf_x})
         return rows
 
     best, tried = None, []
@@ -258,15 +251,7 @@ def main(argv=None) -> None:
     X = np.array([r["x"] for r in rows])
     Y = np.array([r["right"] for r in rows])
     W = np.array([wset[r["set"]] for r in rows])
-    from sklearn.isotonic import IsotonicRegression
-    from sklearn.model_selection import StratifiedKFold
-    oof = np.zeros(len(Y))
-    for tr, te in StratifiedKFold(5, shuffle=True, random_state=0).split(X, Y):
-        w, b = fit_lr(X[tr], Y[tr], W[tr])
-        oof[te] = S._sigmoid(X[te] @ w + b)
-    m.conf_w, m.conf_b = fit_lr(X, Y, W)
-    iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(oof, Y, sample_weight=W)
-    m.calib_x, m.calib_y = np.asarray(iso.X_thresholds_), np.asarray(iso.y_thresholds_)
+    m.conf_w, m.conf_b, m.calib_x, m.calib_y = calibrated_lr(X, Y, W)
     print("confidence model:", dict(zip(S.CONFIDENCE_FEATURES, np.round(m.conf_w, 3))), flush=True)
 
     # 4. threshold: the lowest that still refuses HIDDEN_REFUSED of the gold-hidden SQuAD tune
@@ -339,14 +324,19 @@ def model_rows(sets: dict, answerers: dict, m, split: str) -> list[dict]:
             res = a.answer([q["text"] for q in qs[split]], [q[key] for q in qs[split]],
                            qvecs=np.stack([q["qv"] for q in qs[split]]))
             for q, r in zip(qs[split], res):
-                cited = [c["doc_id"] for c in r.citations]
-                rows.append({"set": name, "hidden": key == "uhead", "conf": r.confidence,
-                             "right": r.status == "answered" and key == "head" and right(r.answer, cited, q),
-                             "page": any(d in q["rel"] for d in cited) and key == "head",
-                             "phrase": bool(q["answers"]) and M.contains_span(r.answer, q["answers"]),
-                             "words": len(r.answer.split()), "answered": r.status == "answered",
-                             "cit_prec": M.citation_precision(cited, q["rel"]) if key == "head" else None})
+                rows.append(answer_row(name, key, q, r))
     return rows
+
+
+def answer_row(name: str, key: str, q: dict, r) -> dict:
+    """One answer as summarize reads it (key: head, normal retrieval; uhead, gold pages hidden)."""
+    cited = [c["doc_id"] for c in r.citations]
+    return {"set": name, "hidden": key == "uhead", "conf": r.confidence,
+            "right": r.status == "answered" and key == "head" and right(r.answer, cited, q),
+            "page": any(d in q["rel"] for d in cited) and key == "head",
+            "phrase": bool(q["answers"]) and M.contains_span(r.answer, q["answers"]),
+            "words": len(r.answer.split()), "answered": r.status == "answered",
+            "cit_prec": M.citation_precision(cited, q["rel"]) if key == "head" else None}
 
 
 def reliability(rows: list[dict], m, threshold=None) -> dict:
