@@ -46,14 +46,58 @@ def _front_matter(text: str) -> tuple[dict, str]:
     return data, text[m.end():]
 
 
+# markdown-it's tokens take ~140x the text they come from (a file of tiny paragraphs), so a long
+# file is parsed a piece at a time: cut at blank lines outside code fences, once a piece is this long
+PIECE_CHARS = 1 << 20
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+def pieces(body: str, size: Optional[int] = None):
+    """The text in pieces of about `size` (PIECE_CHARS) characters, each ending at a blank line
+    outside a code fence (a file shorter than that is one piece: parsed exactly as a whole)."""
+    size = size or PIECE_CHARS
+    if len(body) <= size:
+        yield body
+        return
+    start, pos, fence = 0, 0, None
+    for line in body.splitlines(keepends=True):
+        pos += len(line)
+        m = _FENCE.match(line)
+        if m:
+            mark = m.group(1)
+            if fence is None:
+                fence = mark
+            elif mark[0] == fence[0] and len(mark) >= len(fence):
+                fence = None
+        elif fence is None and not line.strip() and pos - start >= size:
+            yield body[start:pos]
+            start = pos
+    if start < len(body):
+        yield body[start:]
+
+
 def parse_markdown(raw: RawObject, source_uris: Optional[list[str]] = None) -> list[Document]:
     front, body = _front_matter(decode_text(raw.data))
-    tokens = _MD.parse(body)
     out, heads = SectionBuilder(), HeadingStack()
     first_h1 = None
     lists: list[list] = []  # stack of [ordered, counter, marker pending]
     item_lines: list[str] = []  # lines of the list being built (emitted as one block)
     table: Optional[list[list[str]]] = None
+    for piece in pieces(body):  # one piece's tokens alive at a time
+        first_h1, table = _walk(_MD.parse(piece), out, heads, lists, item_lines, table, first_h1)
+    if item_lines:
+        out.add("\n".join(item_lines))
+    sections = out.finish()
+
+    meta = {k: front[k] for k in ("description", "tags", "author", "date")
+            if k in front and isinstance(front[k], (str, int, float, list))}
+    title = str(front.get("title") or "").strip() or first_h1 or file_stem(raw.key)
+    return [make_document(raw, "markdown", title, sections, source_uris, meta)]
+
+
+def _walk(tokens, out: SectionBuilder, heads: HeadingStack, lists: list, item_lines: list[str],
+          table: Optional[list], first_h1: Optional[str]) -> tuple[Optional[str], Optional[list]]:
+    """One piece's tokens into the sections; the list, table and heading state carries over."""
     i = 0
     while i < len(tokens):
         tok = tokens[i]
@@ -73,7 +117,7 @@ def parse_markdown(raw: RawObject, source_uris: Optional[list[str]] = None) -> l
             lists.pop()
             if not lists:
                 out.add("\n".join(item_lines))
-                item_lines = []
+                item_lines.clear()
         elif t == "list_item_open":
             lists[-1][1] += 1
             lists[-1][2] = True  # the item's first paragraph carries the marker
@@ -114,11 +158,4 @@ def parse_markdown(raw: RawObject, source_uris: Optional[list[str]] = None) -> l
             if text:
                 out.add(text)
         i += 1
-    if item_lines:
-        out.add("\n".join(item_lines))
-    sections = out.finish()
-
-    meta = {k: front[k] for k in ("description", "tags", "author", "date")
-            if k in front and isinstance(front[k], (str, int, float, list))}
-    title = str(front.get("title") or "").strip() or first_h1 or file_stem(raw.key)
-    return [make_document(raw, "markdown", title, sections, source_uris, meta)]
+    return first_h1, table
