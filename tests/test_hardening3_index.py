@@ -305,7 +305,9 @@ def test_a_read_only_index_is_still_answered_unpinned(tmp_path, monkeypatch):
     lease.release()
 
 
-def test_pruning_never_removes_a_leased_version_s3(s3_server, tmp_path, monkeypatch):
+@pytest.fixture
+def s3_bucket(s3_server, monkeypatch):
+    """A boto3 client on the local S3 server with bucket hardening3, the storage layer pointed at it."""
     from transforms.common import storage
     for k, v in {**s3_server.env(), "RAGBEAM__S3__ENDPOINT_URL": s3_server.endpoint_url,
                  "RAGBEAM__S3__REGION": s3_server.region, "RAGBEAM__S3__ACCESS_KEY_ID": s3_server.access_key,
@@ -318,6 +320,42 @@ def test_pruning_never_removes_a_leased_version_s3(s3_server, tmp_path, monkeypa
         c.create_bucket(Bucket="hardening3")
     except Exception:
         pass
+    return c
+
+
+def test_a_reader_that_pins_while_the_pruner_looks_keeps_its_version_s3(s3_bucket, monkeypatch):
+    """No atomic rename on S3: the pruner writes a marker into the version and looks at the leases
+    again, a reader writes its lease and then looks for the marker; a reader pinning right after the
+    pruner's first look keeps its version, and a version being pruned is never opened."""
+    c, root = s3_bucket, "s3://hardening3/race"
+    for v in ("v1", "v2", "v3"):
+        c.put_object(Bucket="hardening3", Key=f"race/versions/{v}/manifest.json", Body=b"{}")
+    c.put_object(Bucket="hardening3", Key="race/CURRENT", Body=b"v3\n")
+    real, leases = layout.leased_versions, []
+
+    def blind_first_look(index_dir, now=None, drop_stale=False):
+        if not leases:  # the reader pins v1 just after the pruner's first look
+            leases.append(layout.VersionLease(root, "v1"))
+            leases[0].acquire()
+            return set()
+        return real(index_dir, now, drop_stale)
+    monkeypatch.setattr(layout, "leased_versions", blind_first_look)
+    try:
+        assert publish.prune(root, keep=1) == ["v2"]
+        assert publish.list_versions(root) == ["v1", "v3"]
+        keys = [o["Key"] for o in c.list_objects_v2(Bucket="hardening3", Prefix="race/versions/v1/")["Contents"]]
+        assert keys == ["race/versions/v1/manifest.json"]  # the marker taken back
+    finally:
+        leases[0].release()
+    # a version whose marker is there is being deleted: a reader goes back to CURRENT, and gives up
+    # with a clear error when even that one is going
+    c.put_object(Bucket="hardening3", Key="race/versions/v3/" + layout.PRUNING_MARKER, Body=b"x")
+    with pytest.raises(FileNotFoundError, match="removed while it was being opened"):
+        publish.pin_current(root)
+
+
+def test_pruning_never_removes_a_leased_version_s3(s3_bucket, tmp_path):
+    c = s3_bucket
     root = "s3://hardening3/idx"
     for v in ("v1", "v2", "v3"):
         c.put_object(Bucket="hardening3", Key=f"idx/versions/{v}/manifest.json", Body=b"{}")

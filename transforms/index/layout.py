@@ -42,6 +42,10 @@ SEGMENT_RE = re.compile(r"^[0-9a-f]{32}$")  # segments.segment_id
 # a segment being written (segments.write_segment) or a host lock beside one
 SEGMENT_WORK_RE = re.compile(r"^[0-9a-f]{32}\.(tmp-\d+|lock)$")
 PRUNING_PREFIX = ".pruning-"  # a version being removed (renamed first, so a reader never sees half of it)
+# On object storage (no atomic rename) a pruner first writes this object into the version, then looks
+# at the leases again; a reader first writes its lease, then looks for it: whichever writes second sees
+# the other, so a version is never deleted under a reader that pinned it
+PRUNING_MARKER = ".pruning"
 LEASE_RE = re.compile(r"^[0-9a-f]{16}\.json$")
 
 

@@ -168,6 +168,13 @@ def prune(index_dir: str, keep: int, log=None) -> list[str]:
                 log(f"ragbeam: version {name} kept: a running reader holds a lease on it")
             continue
         if is_s3(index_dir):
+            marker = storage.join(version_dir(index_dir, name), layout.PRUNING_MARKER)
+            storage.write_text(marker, "being pruned\n")
+            if name in layout.leased_versions(index_dir):  # pinned between the first look and the marker
+                storage.delete(marker)
+                if log:
+                    log(f"ragbeam: version {name} kept: a running reader holds a lease on it")
+                continue
             storage.delete_tree(version_dir(index_dir, name).rstrip("/") + "/")
             removed.append(name)
             continue
@@ -208,7 +215,8 @@ def pin_current(path: str, attempts: int = 5):
         lease = VersionLease(index_dir, version) if index_dir else None
         if lease is not None:
             lease.acquire()
-        if storage.exists(storage.join(vdir, "manifest.json")):
+        from transforms.index.layout import PRUNING_MARKER
+        if storage.exists(storage.join(vdir, "manifest.json")) and not storage.exists(storage.join(vdir, PRUNING_MARKER)):
             return vdir, lease
         if lease is not None:
             lease.release()
