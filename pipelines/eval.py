@@ -62,6 +62,19 @@ def run_eval(cfg: Config, dataset: Optional[str], report_dir: str, *, index: Opt
     ds = load_dataset(dataset, questions, qrels)
     os.makedirs(report_dir, exist_ok=True)
     version_dir, index_summary = ensure_index(cfg, ds, report_dir, index, reindex, log)
+    from transforms.index.publish import pin_current
+    version_dir, lease = pin_current(version_dir)  # a nightly's pruning leaves the version being read
+    try:
+        return _evaluate(cfg, ds, report_dir, version_dir, index_summary, max_queries, seed, unanswerable,
+                         log, t0, timings)
+    finally:
+        if lease is not None:
+            lease.release()
+
+
+def _evaluate(cfg: Config, ds: Dataset, report_dir: str, version_dir: str, index_summary: Optional[dict],
+              max_queries: Optional[int], seed: int, unanswerable: bool, log, t0: float, timings: dict) -> dict:
+    """run_eval on a pinned version."""
     timings["index_s"] = time.monotonic() - t0
     ids = sample_ids(ds.queries, max_queries, seed)
     log(f"ragbeam eval: {ds.name}: {len(ids)} of {len(ds.queries)} judged queries against {version_dir}")

@@ -284,6 +284,26 @@ def own_report(tiny, tmp_path_factory):
     return cfg, report_dir, report
 
 
+def test_eval_pins_the_version_it_reads(tiny, own_report, monkeypatch, tmp_path):
+    # ragbeam eval holds a read lease while it reads a version, as the answer job does: a nightly's
+    # pruning leaves it whole; the lease is gone once the report is written
+    from pipelines import eval as eval_job
+    from transforms.index import layout
+    cfg, report_dir, _ = own_report
+    index_dir = str(report_dir / "index")
+    seen = []
+    real = eval_job.Evaluator
+
+    def watching(version_dir, *a, **k):
+        seen.append(layout.leased_versions(index_dir))
+        return real(version_dir, *a, **k)
+    monkeypatch.setattr(eval_job, "Evaluator", watching)
+    report = eval_job.run_eval(cfg, str(tiny), str(tmp_path / "r"), index=index_dir, max_queries=2,
+                               unanswerable=False, log=lambda *_: None)
+    assert seen == [{report["index_version"]}]
+    assert layout.leased_versions(index_dir) == set()
+
+
 def test_gate_metric_matches_the_eval_report(tiny, own_report):
     from configs.schema import GateConfig
     from transforms.evaluation.evaluator import gate_metric
