@@ -124,6 +124,7 @@ def is_param_list(s: str) -> bool:
     return items > 0 and 2 * items >= len(lines)
 
 
+@functools.lru_cache(maxsize=50_000)  # the same chunks come back for many questions
 def sentence_kind(s: str) -> str:
     """table | code | params | nav | prose."""
     first = s.lstrip().split("\n", 1)[0]
