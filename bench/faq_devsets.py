@@ -377,12 +377,19 @@ def write_set(out: Path, name: str, items: list[dict], readme: str, licence: str
     return summary
 
 
-def build_perlfaq(root: str, out: Path) -> dict:
-    pod_dir = glob.glob(os.path.join(root, "usr/share/perl/*/pod"))[0]
-    man = os.path.join(root, "usr/share/man")
+def fresh_docs(out: Path) -> Path:
+    """out/docs, empty: a set is rebuilt from nothing (out is this script's own output folder)."""
     if out.exists():
         shutil.rmtree(out)
     docs = out / "docs"
+    docs.mkdir(parents=True)
+    return docs
+
+
+def build_perlfaq(root: str, out: Path) -> dict:
+    pod_dir = glob.glob(os.path.join(root, "usr/share/perl/*/pod"))[0]
+    man = os.path.join(root, "usr/share/man")
+    docs = fresh_docs(out)
     keys: dict[str, str] = {}  # page or module name -> doc key under docs/
     excluded = re.compile(r"^(perlfaq\d?|perltoc|perl5\d+delta)$")
     for sub, ext in (("man1", ".1.gz"), ("man3", ".3perl.gz")):
@@ -417,10 +424,7 @@ def build_perlfaq(root: str, out: Path) -> dict:
 
 def build_gitfaq(root: str, out: Path) -> dict:
     src = os.path.join(root, "usr/share/doc/git-doc")
-    if out.exists():
-        shutil.rmtree(out)
-    docs = out / "docs"
-    docs.mkdir(parents=True)
+    docs = fresh_docs(out)
     pages = set()
     for path in sorted(glob.glob(os.path.join(src, "*.html"))):
         name = os.path.basename(path)[:-5]
@@ -449,10 +453,8 @@ def build_gitfaq(root: str, out: Path) -> dict:
 
 def build_sqlitefaq(root: str, out: Path) -> dict:
     src = os.path.join(root, "usr/share/doc/sqlite3")
-    if out.exists():
-        shutil.rmtree(out)
-    docs = out / "docs"
-    (docs / "c3ref").mkdir(parents=True)
+    docs = fresh_docs(out)
+    (docs / "c3ref").mkdir()
     keys = set()
     for path in sorted(glob.glob(os.path.join(src, "*.html")) + glob.glob(os.path.join(src, "c3ref", "*.html"))):
         key = os.path.relpath(path, src)

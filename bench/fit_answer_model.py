@@ -26,7 +26,6 @@ import argparse
 import itertools
 import json
 import os
-import pickle
 import time
 from pathlib import Path
 
@@ -70,30 +69,21 @@ def split_ids(name: str, ds, kind: str, folder: str) -> tuple[list[str], list[st
 
 
 def collect_set(name: str, index: str, folder: str, kind: str, cache_dir: str, cfg):
-    """{"tune": [...], "eval": [...]} of bench.studies.answer_variants.collect rows, cached."""
-    from bench.studies.answer_variants import collect
+    """({"tune": [...], "eval": [...]} of bench.studies.answer_variants.collect rows, cached; the Evaluator)."""
+    from bench.studies.answer_variants import cached_sets
     from bench.studies.segview import live_texts
     from transforms.evaluation.datasets import DocLabels, load_dataset
     from transforms.evaluation.evaluator import Evaluator
     from transforms.index.publish import resolve_index
 
     vdir = resolve_index(index)
-    pkl = os.path.join(cache_dir, f"{name}-{os.path.basename(vdir)}.pkl")
     ev = Evaluator(vdir, cfg)
-    a = ev.engine.answerer
-    a.set_idf(live_texts(ev.engine))
-    if os.path.exists(pkl):
-        with open(pkl, "rb") as f:
-            return pickle.load(f), ev
+    ev.engine.answerer.set_idf(live_texts(ev.engine))
     ds = load_dataset(folder)
     tune, evl = split_ids(name, ds, kind, folder)
     labels = DocLabels(vdir, {d for q in tune + evl for d in ds.qrels[q]})
-    t = time.perf_counter()
-    sets = {"tune": collect(ev, ds, tune, labels), "eval": collect(ev, ds, evl, labels)}
-    print(f"{name}: retrieval for {len(tune)} + {len(evl)} questions x2: {time.perf_counter() - t:.0f}s", flush=True)
-    with open(pkl, "wb") as f:
-        pickle.dump(sets, f)
-    return sets, ev
+    pkl = os.path.join(cache_dir, f"{name}-{os.path.basename(vdir)}.pkl")
+    return cached_sets(ev, ds, tune, evl, labels, pkl), ev
 
 
 def blank_model() -> S.AnswerModel:

@@ -93,6 +93,20 @@ def s3_server(tmp_path_factory):
 
 
 @pytest.fixture
+def s3_config_env(s3_server, monkeypatch):
+    """This process talks to the test S3 server through the config's environment overrides, with a
+    fresh storage client (none made with another test's keys)."""
+    from transforms.common import storage
+    for k, v in {**s3_server.env(), "RAGBEAM__S3__ENDPOINT_URL": s3_server.endpoint_url,
+                 "RAGBEAM__S3__REGION": s3_server.region, "RAGBEAM__S3__ACCESS_KEY_ID": s3_server.access_key,
+                 "RAGBEAM__S3__SECRET_ACCESS_KEY": s3_server.secret_key}.items():
+        if k.startswith(("RAGBEAM__S3__", "AWS_")):
+            monkeypatch.setenv(k, v)
+    monkeypatch.setattr(storage, "_clients", {})
+    return s3_server
+
+
+@pytest.fixture
 def upload_dir(s3_server):
     """upload_dir(local_dir, bucket, prefix) -> uploaded keys (bucket created if needed)."""
     return s3_server.upload_dir

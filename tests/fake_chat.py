@@ -47,8 +47,8 @@ class ChatServer(ThreadingHTTPServer):
 
 
 @contextmanager
-def chat_server():
-    server = ChatServer()
+def serving(server):
+    """An HTTP server answering on a daemon thread for the block, then shut down and closed."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -56,3 +56,9 @@ def chat_server():
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def chat_server():
+    with serving(ChatServer()) as server:
+        yield server

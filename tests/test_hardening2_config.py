@@ -181,15 +181,9 @@ def test_s3_outputs_are_compared_by_prefix():
 # --- errors people can act on: one line, exit 2, no traceback --------------------------------
 
 @pytest.fixture
-def s3_env(s3_server, monkeypatch):
+def s3_env(s3_config_env):
     """This process talks to the test S3 server through the config's environment overrides."""
-    from transforms.common import storage
-    for k, v in {**s3_server.env(), "RAGBEAM__S3__ENDPOINT_URL": s3_server.endpoint_url,
-                 "RAGBEAM__S3__REGION": s3_server.region, "RAGBEAM__S3__ACCESS_KEY_ID": s3_server.access_key,
-                 "RAGBEAM__S3__SECRET_ACCESS_KEY": s3_server.secret_key}.items():
-        if k.startswith(("RAGBEAM__S3__", "AWS_")):
-            monkeypatch.setenv(k, v)
-    monkeypatch.setattr(storage, "_clients", {})  # no client made with another test's keys
+    s3_server = s3_config_env
     c = s3_server.client()
     try:
         c.create_bucket(Bucket="hardening2")

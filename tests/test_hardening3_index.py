@@ -306,16 +306,9 @@ def test_a_read_only_index_is_still_answered_unpinned(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def s3_bucket(s3_server, monkeypatch):
+def s3_bucket(s3_config_env):
     """A boto3 client on the local S3 server with bucket hardening3, the storage layer pointed at it."""
-    from transforms.common import storage
-    for k, v in {**s3_server.env(), "RAGBEAM__S3__ENDPOINT_URL": s3_server.endpoint_url,
-                 "RAGBEAM__S3__REGION": s3_server.region, "RAGBEAM__S3__ACCESS_KEY_ID": s3_server.access_key,
-                 "RAGBEAM__S3__SECRET_ACCESS_KEY": s3_server.secret_key}.items():
-        if k.startswith(("RAGBEAM__S3__", "AWS_")):
-            monkeypatch.setenv(k, v)
-    monkeypatch.setattr(storage, "_clients", {})
-    c = s3_server.client()
+    c = s3_config_env.client()
     try:
         c.create_bucket(Bucket="hardening3")
     except Exception:

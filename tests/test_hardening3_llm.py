@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.fake_chat import chat_server
+from tests.fake_chat import chat_server, serving
 from transforms.common.chat import BackendError, OpenAICompatibleClient, reply_byte_cap
 from transforms.query.records import Candidate
 
@@ -110,14 +110,8 @@ class HostileServer(ThreadingHTTPServer):
 
 @contextmanager
 def hostile(mode: str, **kw):
-    server = HostileServer(mode, **kw)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(HostileServer(mode, **kw)) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _within(seconds: float, fn):

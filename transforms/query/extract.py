@@ -298,6 +298,18 @@ def sentence_traits(s: str) -> tuple[str, bool, bool, bool, float]:
             float(np.log1p(len(s.split()))))
 
 
+@functools.lru_cache(maxsize=50_000)
+def _heading_words(title: str, headings: tuple) -> frozenset:
+    return frozenset(call_words(" ".join((title,) + headings)))
+
+
+def heading_words(c: Candidate) -> frozenset:
+    """A chunk's title and heading words (a call's name, a module's name), cached by text: the same
+    chunks come back for many questions."""
+    return _heading_words(str(c.title or ""), tuple(str(h) for h in (c.heading_path if c.heading_path is not None
+                                                                      else [])))
+
+
 @functools.lru_cache(maxsize=200_000)
 def _sentence_words(s: str) -> tuple[frozenset, frozenset, frozenset]:
     """A sentence's content words, its call words, and every 3+ letter prefix of its call words
@@ -429,8 +441,7 @@ class SentenceAnswerer:
         shares: dict = {}
         for c in read:
             if c.doc_id not in shares:
-                words = call_words(" ".join([str(c.title or "")] + [str(h) for h in (c.heading_path or [])]))
-                shares[c.doc_id] = len(qwords & words) / len(qwords) if qwords else 0.0
+                shares[c.doc_id] = len(qwords & heading_words(c)) / len(qwords) if qwords else 0.0
         lead = (res.citations[0].get("quote") if res.citations else None) or res.answer
         return rules_features(question_form(question), float(res.evidence_score), res.citations, read, shares,
                               sentence_traits(str(lead)))
@@ -703,8 +714,7 @@ class SentenceAnswerer:
         type_hit = np.array([type_match(kind, s, qw) if kind else 0.0 for _, s in flat])
         described = definitions(flat, cands) if flat else np.zeros(0, bool)
         traits = [sentence_traits(s) for _, s in flat]
-        head_words = [call_words(" ".join([str(c.title or "")] + [str(h) for h in (c.heading_path or [])]))
-                      for c in cands]  # a call's name, a module's name
+        head_words = [heading_words(c) for c in cands]
         return score_candidates(self.p.answer_model, question_form(question), qw, cands, flat,
                                 cos, mat, lex, loose, type_hit, described, traits, head_words)
 
