@@ -233,13 +233,13 @@ def test_build_artifacts_publishes_a_new_version_and_leaves_the_read_one_whole(m
     reads was neither rewritten nor pruned. Once the reader is gone the next prune removes it."""
     from pipelines.segments import after_publish, rebuild_segments
     from transforms.ingest.embed import model_spec_from_config
-    from transforms.query.answer_stage import PinnedQAEngine
+    from transforms.query.engine import QAEngine
     from transforms.query.records import Question
     idx = _copy(mini_index, tmp_path)
     old_dir, lease = publish.pin_current(str(idx))
     manifest_bytes = open(os.path.join(old_dir, "manifest.json"), "rb").read()
     cfg = _cfg(test_config)
-    engine = PinnedQAEngine(old_dir, cfg, model_spec_from_config(cfg), json.loads(manifest_bytes))
+    engine = QAEngine(old_dir, cfg, model_spec_from_config(cfg), manifest=json.loads(manifest_bytes))
     qs = [Question(i, t) for i, t in QUESTIONS]
     rows = lambda e: [(r["id"], r["status"], r["answer"]) for r in (x.to_row() for x in e.run(qs, 5))]  # noqa: E731
     first = rows(engine)
@@ -251,7 +251,7 @@ def test_build_artifacts_publishes_a_new_version_and_leaves_the_read_one_whole(m
     for s in json.loads(manifest_bytes)["segments"]:
         check_segment(os.path.join(str(idx), "segments", s["id"]), full=True)  # never pruned while read
     engine.close()
-    engine = PinnedQAEngine(old_dir, cfg, model_spec_from_config(cfg), json.loads(manifest_bytes))
+    engine = QAEngine(old_dir, cfg, model_spec_from_config(cfg), manifest=json.loads(manifest_bytes))
     assert rows(engine) == first
     engine.close()
     lease.release()

@@ -12,24 +12,8 @@ import apache_beam as beam
 
 from transforms.common.counters import counter
 from transforms.ingest.embed import ModelSpec
-from transforms.query.engine import AnswerSide, QAEngine
+from transforms.query.engine import QAEngine
 from transforms.query.records import AnswerRecord, InputError, Question
-
-
-class _GivenManifest(AnswerSide):
-    """AnswerSide with the manifest the driver loaded (below QAEngine in PinnedQAEngine's MRO)."""
-
-    def __init__(self, version_dir, cfg, spec, embedder=None, manifest=None):
-        super().__init__(version_dir, cfg, spec, embedder, manifest=manifest or getattr(self, "_given_manifest", None))
-
-
-class PinnedQAEngine(QAEngine, _GivenManifest):
-    """QAEngine over the manifest the answer job's driver read once (and pinned with a lease):
-    a worker never reads the version's manifest again."""
-
-    def __init__(self, version_dir, cfg, spec, manifest: dict = None, embedder=None):
-        self._given_manifest = manifest
-        QAEngine.__init__(self, version_dir, cfg, spec, embedder)
 
 
 class AnswerShardFn(beam.DoFn):
@@ -54,7 +38,7 @@ class AnswerShardFn(beam.DoFn):
 
     def setup(self):
         import time
-        self.engine = PinnedQAEngine(self.version_dir, self.cfg, self.spec, self.manifest)
+        self.engine = QAEngine(self.version_dir, self.cfg, self.spec, manifest=self.manifest)
         self._t0 = self._last = time.monotonic()
         self._done = 0
 

@@ -324,8 +324,9 @@ class QAEngine(AnswerSide):
     code path behind `ragbeam eval`, the publish gate, and the answer job on a one-segment index;
     the answer job over several segments runs the same searchers and gather as Beam steps."""
 
-    def __init__(self, version_dir: str, cfg, spec: ModelSpec, embedder: Optional[Embedder] = None):
-        super().__init__(version_dir, cfg, spec, embedder)
+    def __init__(self, version_dir: str, cfg, spec: ModelSpec, embedder: Optional[Embedder] = None,
+                 manifest: Optional[dict] = None):
+        super().__init__(version_dir, cfg, spec, embedder, manifest)  # manifest: the one a driver read
         self.searchers = [open_searcher(self.segments, i, cfg) for i in range(len(self.segments))]
         self.masks = _GlobalMasks(self.searchers)
 
