@@ -10,7 +10,7 @@ import functools
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 import yaml
 from typing import Annotated
@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from transforms.common.redact import (SECRET_KEYS, config_secret_values, declare_schema,  # noqa: F401
                                       is_secret_path, register_secret_values)
+from transforms.ingest.profiles import MINILM_FIT  # the default profile's fitted numbers, quoted below
 
 CONFIG_DIR = Path(__file__).parent
 DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
@@ -204,7 +205,8 @@ class RetrieveConfig(_Strict):
                                              "fusion_alpha) × BM25, each normalised by fusion_norm, a chunk missing "
                                              "from one list scored exactly there; rrf: reciprocal rank fusion")
     fusion_alpha: Optional[float] = Field(None, ge=0, le=1, description="convex: weight of the dense score; unset: "
-                                          "the one fitted for the embedding profile (minilm: 0.82)")
+                                          f"the one fitted for the embedding profile (minilm: "
+                                          f"{MINILM_FIT.fusion_alpha})")
     fusion_alpha_min: Optional[float] = Field(None, ge=0, le=1, description="convex: the dense weight when the dense "
                                               "list's top ten are level; it rises to fusion_alpha as the first hit leads "
                                               "(fuse.adaptive_alpha); equal to fusion_alpha: a fixed weight; unset: the "
@@ -233,11 +235,13 @@ class RerankConfig(_Strict):
 
 class AnswerConfig(_Strict):
     """Answering: the extractive default (transforms/query/extract.py) or a generator backend."""
+    # answer.threshold's default with evidence: sentence (the fitted thresholds are the profile's)
+    SENTENCE_THRESHOLD: ClassVar[float] = 0.58
     kind: Literal["extractive", "openai", "bedrock"] = Field(
         "extractive", description="extractive: sentences from the top chunks, one model call a question; openai: "
                                   "an OpenAI-compatible server (vLLM, llama.cpp, Ollama); bedrock: AWS Bedrock")
     max_sentences: Optional[int] = Field(None, ge=1, le=20, description="sentences in an extractive answer, at most; "
-                                         "unset: the embedding profile's fit (minilm: 3)")
+                                         f"unset: the embedding profile's fit (minilm: {MINILM_FIT.max_sentences})")
     top_chunks: int = Field(5, ge=1, le=50, description="chunks whose sentences are scored (and sources a "
                             "generator sees)")
     selection: Literal["rules", "model"] = Field(
@@ -255,14 +259,16 @@ class AnswerConfig(_Strict):
     threshold: Optional[float] = Field(None, ge=-1, le=2, description="below it the answer is \"Not found in the "
                                        "sources.\"; with selection model, in confidence units (unset: the fitted "
                                        "model's threshold); with rules, unset: the embedding profile's fitted "
-                                       "evidence threshold (minilm: 0.34), 0.58 for sentence")
+                                       f"evidence threshold (minilm: {MINILM_FIT.evidence_threshold}), "
+                                       f"{SENTENCE_THRESHOLD} for sentence")
     # Extractive selection; the defaults were picked on SQuAD by bench/studies/answer_fit.py.
     gap: float = Field(0.12, ge=0, le=2, description="a further sentence joins only if it scores within this of "
                        "the best")
     conflict_gap: float = Field(0.15, ge=0, le=2, description="sentences scoring within this of the best are read "
                                 "for competing numbers and dates (the answer's conflicts); 0 turns the check off")
     lexical_weight: Optional[float] = Field(None, ge=0, le=2, description="weight of the share of the question's "
-                                            "words a sentence holds; unset: the embedding profile's (minilm: 0.7)")
+                                            f"words a sentence holds; unset: the embedding profile's (minilm: "
+                                            f"{MINILM_FIT.lexical_weight})")
     lexical_idf: bool = Field(True, description="weigh the question's words by inverse document frequency")
     type_weight: float = Field(0.1, ge=0, le=2, description="bonus when the sentence holds the kind of span asked "
                                "for (year, number, percent, name)")
@@ -424,43 +430,38 @@ class Config(_Strict):
         return self._or_fit(self.retrieve.fusion_norm, "fusion_norm")
 
     @property
+    def answer_params(self):
+        """The extractive answerer's settings in force (transforms/query/answer_params.py)."""
+        from transforms.query.answer_params import answer_params
+        return answer_params(self)
+
+    # the answer settings in force that manifests, reports and resume fingerprints record
+    @property
     def lexical_weight(self) -> float:
-        return self._or_fit(self.answer.lexical_weight, "lexical_weight")
+        return self.answer_params.lexical_weight
 
     @property
     def max_sentences(self) -> int:
-        return self._or_fit(self.answer.max_sentences, "max_sentences")
+        return self.answer_params.max_sentences
 
     @property
     def evidence_model(self) -> Optional[tuple]:
-        return self.score_fit.evidence_model if self.answer.evidence == "model" else None
+        return self.answer_params.evidence_model
 
     @property
     def answer_model(self):
         """The fitted answer selection (selection.AnswerModel) when answer.selection is model, else None."""
-        name = self.score_fit.answer_model
-        if self.answer.selection != "model" or name is None:  # no model fitted on this profile's scores
-            return None
-        from transforms.query.selection import load_model
-        return load_model(name)
+        return self.answer_params.answer_model
 
     @property
     def confidence_model(self):
         """The embedding profile's fitted model (selection.AnswerModel) whose rules calibration gives
         a rules answer its confidence; None where none is fitted for the profile."""
-        name = self.score_fit.answer_model
-        if name is None or self.answer.selection != "rules":
-            return None
-        from transforms.query.selection import load_model
-        return load_model(name)
+        return self.answer_params.confidence_model
 
     @property
     def evidence_threshold(self) -> float:
-        if self.answer.threshold is not None:
-            return self.answer.threshold
-        if self.answer_model is not None:  # confidence units
-            return self.answer_model.threshold
-        return self.score_fit.evidence_threshold if self.answer.evidence == "model" else 0.58
+        return self.answer_params.threshold
 
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

@@ -66,7 +66,7 @@ class AnswerSide:
         from transforms.index.bm25 import Analyzer
         from transforms.index.segments import BM25_STEMMER
         from transforms.query.answer import GeneratorAnswerer
-        from transforms.query.extract import SentenceParams
+        from transforms.query.answer_params import answer_params
         from transforms.query.rerank import make_reranker
         from transforms.query.version_segments import VersionSegments
 
@@ -100,16 +100,7 @@ class AnswerSide:
         # convex fusion's settings in force (set, or the embedding profile's fit), read once
         self.convex_settings = dict(alpha=cfg.fusion_alpha, norm=cfg.fusion_norm, alpha_min=cfg.fusion_alpha_min)
         if a.kind == "extractive":
-            self.answerer = SentenceAnswerer(self.embedder, self.segments.sentences, SentenceParams(
-                max_sentences=cfg.max_sentences, top_chunks=a.top_chunks, threshold=cfg.evidence_threshold, gap=a.gap,
-                conflict_gap=a.conflict_gap,
-                lexical_weight=cfg.lexical_weight, rank_weight=a.rank_weight, mmr_lambda=a.mmr_lambda,
-                dup_sim=a.dup_sim, type_weight=a.type_weight, same_source_bonus=a.same_source_bonus,
-                form_filter=a.form_filter, restate_overlap=a.restate_overlap,
-                call_lexical=a.call_lexical, call_chunks=a.call_chunks, call_definitions_alone=a.call_definitions_alone,
-                evidence_lexical_weight=a.evidence_lexical_weight,
-                evidence_model=cfg.evidence_model, answer_model=cfg.answer_model, read_chunks=a.read_chunks,
-                confidence_model=cfg.confidence_model))
+            self.answerer = SentenceAnswerer(self.embedder, self.segments.sentences, answer_params(cfg))
         else:
             self.answerer = GeneratorAnswerer(_chat_client(a), max_sources=a.top_chunks,
                                               max_source_chars=a.max_source_chars, concurrency=a.concurrency,

@@ -32,8 +32,9 @@ different costs and selection:
   sentence whose content words (of the shorter one) are mostly in a picked one is dropped (two
   wordings of one fact from one page: cosine 0.90, under dup_sim).
 
-SentenceParams' defaults are neutral (today's selection); the tuned values live in the
-config (configs/schema.py AnswerConfig), measured with bench/studies/answer_variants.py.
+The answer job's SentenceParams come from the config and the embedding profile's fit
+(transforms/query/answer_params.py); the dataclass defaults are the bare answerer that unit
+tests and studies start from.
 """
 from __future__ import annotations
 
@@ -338,6 +339,10 @@ def restates(a: set[str], b: set[str], overlap: float) -> bool:
 
 @dataclass
 class SentenceParams:
+    """The extractive answerer's settings. The answer job sets every field from its one home,
+    the config's answer section or the embedding profile's fit (answer_params.answer_params);
+    these defaults are the bare answerer (most refinements off) that unit tests and studies
+    start from, never read by the answer job."""
     max_sentences: int = 3
     top_chunks: int = 5
     threshold: float = 0.55
@@ -373,9 +378,9 @@ class SentenceParams:
     # the fitted selection (selection.AnswerModel): a page, then its sentences, and a calibrated
     # confidence compared with `threshold`; None: the hand-weighted score above
     answer_model: Optional[object] = None
-    read_chunks: int = 20
+    read_chunks: int = 20  # with answer_model: the read list's chunks whose pages and sentences are scored
     # with the hand-weighted selection: the model whose rules calibration gives each answer a confidence
-    confidence_model: Optional[object] = None  # with answer_model: the read list's chunks whose pages and sentences are scored
+    confidence_model: Optional[object] = None
 
 
 _SET_ASIDE = -1e9  # the score of a sentence that may not answer this question
