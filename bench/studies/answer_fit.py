@@ -26,7 +26,7 @@ as above (results bench/results/answer_fit-joint-<profile>.json).
 Tried, not kept: a listwise linear model (softmax over a question's sentences) over 14
 sentence features, against the hand-weighted score, by how often the top sentence holds a
 gold span; small-to-big (the top chunk's neighbours in the context). Writes
-bench/results/answer_fit.json, and the whole grid a setting a line to bench/results/answer_fit_grid.jsonl.
+bench/results/answer_fit.json, and the whole grid a setting a line to <--out>/answer_fit_grid.jsonl.
 """
 from __future__ import annotations
 

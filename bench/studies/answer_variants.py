@@ -39,7 +39,7 @@ def build_sentence_vectors(ev: Evaluator, kind: str, cache_dir: str):
         z = np.load(path, allow_pickle=True)
         return list(z["spans"]), list(z["vecs"]), float(z["rate"]), float(z["base_rate"])
     emb = ev.engine.embedder
-    # (index-time cost is measured by bench.studies.sentvec_cost, alternating with a baseline)
+    # (index-time cost: the retired sentvec_cost study, docs/benchmarks.md "Retired studies")
     t = time.perf_counter()
     chunk, spans, vecs = chunk_sentence_vectors(emb, embed_texts, texts, kind=kind)
     s = time.perf_counter() - t
