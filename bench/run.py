@@ -1,7 +1,8 @@
 """`make bench`: python -m bench.run [--quick] [--out bench/results] [--data DIR] [--config FILE]
 
 Every figure is measured in this run, on this data, beside a baseline measured
-the same way. Writes <out>/bench.json and <out>/bench.md. Nothing is asserted.
+the same way. Writes <out>/bench.json and <out>/bench.md, then checks the figures the docs
+report from that file (bench/expected/*.yaml, as `make bench-check` does): exit 1 on a drift.
 """
 from __future__ import annotations
 
@@ -126,7 +127,18 @@ def main(argv=None) -> int:
                                                         if a.quick else ""))
     jp, mp = report.write(out_dir, meta)
     print(f"\nbench finished in {elapsed:.0f} s; wrote {os.path.relpath(jp, ROOT)} and {os.path.relpath(mp, ROOT)}")
-    return 0
+    return _check(jp)
+
+
+def _check(results: str) -> int:
+    """bench-check on the figures read from the file just written: a line per drift, exit 1."""
+    from bench.check import check_results
+    problems = check_results(results)
+    for line in problems:
+        print(line)
+    print(f"bench-check: {len(problems)} problems among the expected figures read from "
+          f"{os.path.relpath(results, ROOT)}")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

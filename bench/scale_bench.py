@@ -25,6 +25,8 @@ import shutil
 import sys
 import time
 
+from bench.jsonfile import write_json
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "out", "scale")
 
@@ -199,8 +201,7 @@ def _commit() -> str:
 
 def _write(out: str, rows: list[dict]) -> None:
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w", encoding="utf-8") as f:
-        json.dump(rows, f, indent=1)
+    write_json(out, rows, depth=1)
     cols = ["chunks", "segments", "build_peak_rss_mb", "artifact_s", "answer_peak_rss_mb", "answer_qps",
             "nightly_artifact_s", "nightly_vs_full"] + (["skipped"] if any("skipped" in r for r in rows) else [])
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

@@ -26,7 +26,7 @@ as above (results bench/results/answer_fit-joint-<profile>.json).
 Tried, not kept: a listwise linear model (softmax over a question's sentences) over 14
 sentence features, against the hand-weighted score, by how often the top sentence holds a
 gold span; small-to-big (the top chunk's neighbours in the context). Writes
-bench/results/answer_fit.json, and the whole grid a setting a line to bench/results/answer_fit_grid.jsonl.
+bench/results/answer_fit.json, and the whole grid a setting a line to <--out>/answer_fit_grid.jsonl.
 """
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import minimize
 
+from bench.jsonfile import write_json
 from bench.data import ROOT
 from transforms.evaluation import metrics as M
 
@@ -280,7 +281,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--index", default="out/eval/squad/index")
     ap.add_argument("--dataset", default=str(DATA_ROOT / "squad-dev-half"))
-    ap.add_argument("--out", default="out/answer_fit")
+    ap.add_argument("--out", default="out/bench/answer_fit")
     ap.add_argument("--results", default=str(ROOT / "bench/results/answer_fit.json"))
     ap.add_argument("--evidence-only", action="store_true",
                     help="refit the evidence model and its threshold for another embedding profile, the "
@@ -397,9 +398,9 @@ def main(argv=None) -> None:
                              if k.startswith(f"lexical_weight={w},") and meets(r["tune"], need)], default=None)
                 for w in sorted({x[0] for x in settings})}
         report("refit", SentenceParams(**chosen_params[choice]))
-        Path(args.results).write_text(json.dumps(out, indent=1, default=float) + "\n")
-        # the joint grid (about 20,000 settings, several MB) stays beside the cached retrieval
-        grid_path = (Path(args.out) if args.joint else Path(args.results).parent) / (Path(args.results).stem + "_grid.jsonl")
+        write_json(args.results, out, default=float)
+        # the grid (a joint one: about 20,000 settings, several MB) stays beside the cached retrieval
+        grid_path = Path(args.out) / (Path(args.results).stem + "_grid.jsonl")
         grid_path.write_text("".join(json.dumps({"setting": k, **v}) + "\n" for k, v in grid.items()))
         ev.close()
         return
@@ -430,9 +431,9 @@ def main(argv=None) -> None:
     sets = saved
     out["selection"] = selection_experiment(a, sets)
     print("selection", json.dumps(out["selection"]), flush=True)
-    Path(args.results).write_text(json.dumps(out, indent=1, default=float) + "\n")
-    # the whole grid, a setting a line, beside the results
-    Path(args.results).with_name(Path(args.results).stem + "_grid.jsonl").write_text(
+    write_json(args.results, out, default=float)
+    # the whole grid, a setting a line, beside the cached retrieval (out/, not committed)
+    Path(args.out, Path(args.results).stem + "_grid.jsonl").write_text(
         "".join(json.dumps({"setting": k, **v}) + "\n" for k, v in grid.items()))
     ev.close()
 
