@@ -199,7 +199,7 @@ def plan_run(cfg: Config, input_uri: str, index_dir: str, spec: ModelSpec,
                           skip_hidden=cfg.source.skip_hidden)
     if is_s3(index_dir):
         export_to_environment(settings_from_config(cfg))
-        live = load_live(index_dir, scratch, with_artifact=cfg.gate is not None)
+        live = load_live(index_dir, scratch)
     else:
         live = load_live(index_dir) if os.path.isdir(index_dir) else None
     return make_plan(listed, live, processing_key(current_versions(cfg, spec)), cfg.source.full_hash)

@@ -1,15 +1,13 @@
 """Answer-path throughput against retrieval-only, measured in one run on the same questions.
 
     python -m bench.studies.answer_speed --index out/new/cranfield/index --questions /work/shared/data/cranfield/queries.jsonl
-        [--dedupe-qrels QRELS] [--legacy N] [--profile]
+        [--dedupe-qrels QRELS] [--profile]
 
 Per question set, with the default config and the engine opened once:
   embed      question embedding alone
   retrieve   QAEngine.retrieve (embedding + dense + BM25 + fusion + candidate rows)
   answer     QAEngine.answer_batch (the above + reranker none + extractive answer), i.e. the
              answer job's per-batch work
-  legacy     the same with the old answerer (sentences embedded at answer time, a fresh
-             sentence cache, like a job whose questions touch distinct chunks), first N questions
 Each stage is run twice, alternating, and the faster pass counts (the machine is shared).
 --dedupe-qrels keeps one question per gold document (questions touching distinct chunks).
 """
@@ -52,7 +50,6 @@ def main(argv=None) -> None:
     ap.add_argument("--dedupe-qrels", default=None)
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--config", default=None)
-    ap.add_argument("--legacy", type=int, default=0, help="also time the old answerer on this many questions")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--label", default="")
@@ -88,9 +85,8 @@ def main(argv=None) -> None:
             t = time.perf_counter()
             fn()
             best[name] = min(best.get(name, 1e9), time.perf_counter() - t)
-    # chunks: the live ones (what the artifact held); the stores: the segments' sentence arrays
-    # (SentenceStore.nbytes: vectors, spans, pointers) and display rows (ChunkTable.nbytes), which
-    # are memory-mapped now rather than loaded at open
+    # chunks: the live ones; the stores: the segments' sentence arrays (vectors, spans, pointers)
+    # and display rows, memory-mapped rather than loaded at open
     segs = [s.seg for s in eng.searchers]
     sent_bytes = sum(g.sent_vec.nbytes + g.sent_start.nbytes + g.sent_end.nbytes + g.sent_ptr.nbytes for g in segs)
     out = {"label": args.label, "questions": len(qs), "chunks": int(sum(int(s.live.sum()) for s in eng.searchers)),
@@ -100,17 +96,6 @@ def main(argv=None) -> None:
     for k, v in best.items():
         out[f"{k}_qps"] = round(len(qs) / v, 1)
     out["answer_over_retrieve"] = round(best["retrieve"] / best["answer"], 3)
-    if args.legacy:
-        from transforms.query.answer import ExtractiveAnswerer
-        from transforms.query.rerank import VectorCache
-        sub = qs[:args.legacy]
-        legacy = ExtractiveAnswerer(eng.embedder, max_sentences=3, threshold=0.55, top_chunks=5)
-        t = time.perf_counter()
-        for i in range(0, len(sub), bs):
-            b = sub[i:i + bs]
-            cands = eng.retrieve(b)
-            legacy.answer([q.question for q in b], cands, cache=VectorCache())
-        out["legacy_answer_qps"] = round(len(sub) / (time.perf_counter() - t), 1)
     if args.profile:
         pr = cProfile.Profile()
         pr.enable()

@@ -1,8 +1,7 @@
 """Extractive answers from sentence vectors stored at index time (no model call per sentence).
 
-`SentenceAnswerer` is the successor of answer.ExtractiveAnswerer: same output (source
-sentences, strongest first, each followed by its [n], every citation checked in code),
-different costs and selection:
+`SentenceAnswerer` answers with source sentences, strongest first, each followed by its [n],
+every citation checked in code:
 
 - the sentences' vectors come from the index (sentvec.SentenceStore, by chunk_no) and the
   question's vector from retrieval, so answering embeds nothing; a chunk from an index
