@@ -392,7 +392,7 @@ def after_switch(cfg: Config, index_dir: str, version: str, cache_dir: str, summ
 
 def upload_driver_outputs(work_dir: str, out_dir: str, fetched: list[str]) -> None:
     """Make the staging prefix equal the driver's work dir: upload what the driver made (sources,
-    carried rows, artifact, manifest and summary last), drop what it consumed (sources_read)."""
+    carried rows, segment statistics, manifest and summary last), drop what it consumed (sources_read)."""
     made = sorted(os.path.relpath(os.path.join(d, f), work_dir).replace(os.sep, "/")
                   for d, _, files in os.walk(work_dir) for f in files)
     made_set, fetched_set = set(made), set(fetched)
