@@ -49,7 +49,7 @@ cannot work together are refused with the key named ([configuration.md](configur
 
 
 def _type_name(ann: Any) -> str:
-    """A key's type as a reader writes it: `integer`, `auto | exact | hnsw`, `string or null`."""
+    """A key's type as a reader writes it: `integer`, `auto | exact`, `string or null`."""
     origin, args = typing.get_origin(ann), typing.get_args(ann)
     if origin is typing.Annotated:
         return _type_name(args[0])

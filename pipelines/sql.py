@@ -45,7 +45,9 @@ def pinned_version(index: str, version: Optional[str], local_root: Optional[str]
     """(local version dir, manifest) of a complete published version, leased while in use. A
     version on object storage is copied under `local_root` (a temp dir, removed after, if unset)."""
     path = _version_path(index, version)
-    if not is_s3(path) and os.path.basename(os.path.dirname(os.path.abspath(path.rstrip("/")))) == publish.STAGING:
+    bare = path.rstrip("/")
+    parent = bare.rsplit("/", 2)[-2] if is_s3(bare) else os.path.basename(os.path.dirname(os.path.abspath(bare)))
+    if parent == publish.STAGING:
         raise SqlError(f"{path}: a staging dir is not a published version; give the index folder or one "
                        "of its versions/<v>")
     vdir, lease = publish.pin_current(path)
