@@ -383,7 +383,6 @@ runner: {options: {s3_secret_access_key: hunter22, temp_location: 's3://k:v@b/tm
                                 "= 242 exceeds embed.max_length 16"),
     ("chunk: {chunk_tokens: 254, context_tokens: 128}", "exceeds embed.max_length 256"),
     ("chunk: {chunk_tokens: 32, overlap_tokens: 32}", "chunk.overlap_tokens: 32 must be smaller"),
-    ("artifacts: {recall_questions: /nonexistent/q.jsonl}", "artifacts.recall_questions: file not found"),
     ("answer: {kind: openai}", "answer.base_url: required when answer.kind is openai"),
     ("rerank: {kind: cross_encoder}", "rerank.model_dir: required"),
     ("gate: {dataset: /nonexistent/set}", "gate.dataset: directory not found"),
@@ -416,24 +415,3 @@ def test_any_known_runner_or_a_runner_class_is_accepted(tmp_path):
         cfg = load_config(write(tmp_path, f"runner: {{name: {name}, options: {{streaming: true, "
                                           "project: p, flink_master: 'localhost:8081'}}"), environ={})
         assert cfg.runner.name == name
-
-
-# --- also: HNSW recall on an index with fewer than k chunks -----------------------------------
-
-def test_hnsw_recall_on_a_tiny_index_divides_by_min_k_n(tmp_path):
-    import numpy as np
-    import pyarrow as pa
-    from tests.test_artifacts import CHUNK_SCHEMA, _rows
-    from transforms.index.artifacts import build_artifact, open_artifact
-    from transforms.query.retrieve import hnsw_recall_at_k
-    rows = _rows(np.random.default_rng(0))[:4]
-    f = str(tmp_path / "chunks.parquet")
-    pq.write_table(pa.Table.from_pylist(rows, schema=CHUNK_SCHEMA), f)
-    db = str(tmp_path / "a.duckdb")
-    build_artifact([f], db, hnsw_m=16, hnsw_ef_construction=128, hnsw_ef_search=64)
-    con = open_artifact(db)
-    try:
-        q = np.array([r["embedding"] for r in rows], np.float32)
-        assert hnsw_recall_at_k(con, q, k=10) == 1.0  # 4 of 4, not 4 of 10
-    finally:
-        con.close()

@@ -26,7 +26,7 @@ def rows(version_dir, name, drop=RUN_COLUMNS):
 
 
 def local_copy(index_uri, tmp_path, tag):
-    return mirror_version(publish.resolve_index(index_uri), str(tmp_path / f"mirror-{tag}"), with_artifact=True)
+    return mirror_version(publish.resolve_index(index_uri), str(tmp_path / f"mirror-{tag}"))
 
 
 def keys(s3_server, bucket, prefix):

@@ -166,6 +166,34 @@ def test_chunk_texts_and_doc_ids_read_every_segment(segmented):
     assert seen[1] == seen[7]
 
 
+def test_bm25_tokens_keep_codes():
+    from transforms.index.bm25 import bm25_tokens
+    toks = bm25_tokens("Got ERR_CONN_4042 under ISO-27001, see v2.3.1 — Café")
+    for t in ("err_conn_4042", "4042", "iso_27001", "27001", "iso", "v2_3_1", "cafe"):
+        assert t in toks
+    assert bm25_tokens("err-conn-4042")[-1] == bm25_tokens("ERR_CONN_4042")[-1]
+    assert "the" not in bm25_tokens("the agent")
+
+
+def test_bm25_scores_stay_under_the_questions_bound(segmented):
+    """The bound (a question's best possible BM25 score, what convex fusion divides by): no chunk
+    scores above it, a one-term question reaches it in that term's best chunk, and a word no chunk
+    holds still counts in it; a code ranks its own chunk first."""
+    from transforms.query.segment_search import unseen_term_weight
+    e = _engine(*segmented[1])
+    try:
+        qs = ["free the memory of a glob result", "punycode", "punycode zebraquokka", "FNM_PATHNAME"]
+        got = e.search(qs, dense_n=50, bm25_n=200)
+        for r in got:
+            assert r.bm25 and all(s <= r.bm25_bound + 1e-6 for _, s in r.bm25)
+        assert got[1].bm25[0][1] == pytest.approx(got[1].bm25_bound, rel=1e-6)
+        assert got[2].bm25_bound == pytest.approx(got[1].bm25_bound + unseen_term_weight(e.num_docs), rel=1e-6)
+        top = e.segments.column("text", [got[3].bm25[0][0]])[0]
+        assert "FNM_PATHNAME" in top
+    finally:
+        e.close()
+
+
 def test_failed_query_rewrites_are_counted_and_the_questions_still_answered(segmented, tmp_path):
     """rewrite.kind hyde with the llm down (nothing listens on port 9): every question keeps its
     own vector, is answered as without rewriting, and is counted in the run summary, in one

@@ -9,7 +9,7 @@ import duckdb
 
 from transforms.common.text import STOPWORDS
 
-ANALYZER_VERSION = "codes-v2"  # bump when bm25_tokens changes: old artifacts then mismatch
+ANALYZER_VERSION = "codes-v2"  # bump when bm25_tokens changes: segment ids change with it
 
 # --- BM25 tokenisation (shared by documents and queries) ------------------------------
 # fts's default ignore regex '(\.|[^a-z])+' deletes digits and punctuation, so

@@ -206,7 +206,7 @@ def write_segment(seg: SegmentRows, segments_root: str, namespace: str, con=None
     os.makedirs(tmp)
     own = con is None
     if own:
-        from transforms.index.artifacts import connect
+        from transforms.common.duck import connect
         con = connect(":memory:", memory_limit="256MB")
     try:
         terms, df, ptr, doc, tf, doc_len = _postings(Analyzer(con, BM25_STEMMER), seg.rows)

@@ -62,7 +62,7 @@ class AnswerSide:
     def __init__(self, version_dir: str, cfg, spec: ModelSpec, embedder: Optional[Embedder] = None,
                  manifest: Optional[dict] = None):
         from transforms.common import storage
-        from transforms.index.artifacts import connect
+        from transforms.common.duck import connect
         from transforms.index.bm25 import Analyzer
         from transforms.index.segments import BM25_STEMMER
         from transforms.query.answer import GeneratorAnswerer

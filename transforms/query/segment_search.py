@@ -188,7 +188,9 @@ class SegmentSearcher:
 
 
 def unseen_term_weight(num_docs: int) -> float:
-    """A query term no live chunk holds counts in the bound as one seen once (BM25Index's rule)."""
+    """A query term no live chunk holds counts in the bound with the idf of a term one chunk holds:
+    it is part of what was asked, so a question mostly about something else cannot reach full
+    coverage through its one known word."""
     return float(np.log10((num_docs - 1 + 0.5) / (1 + 0.5) + 1))
 
 
