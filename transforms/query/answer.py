@@ -18,7 +18,7 @@ import numpy as np
 
 from transforms.common.chat import (BackendError, BedrockClient, ChatClient,  # noqa: F401  (re-exported)
                                     OpenAICompatibleClient)
-from transforms.common.text import STOPWORDS
+from transforms.common.words import BM25_STOPWORDS as STOPWORDS
 from transforms.query.cite import check_citations, cite_sentences, normalize_for_match
 from transforms.query.records import Candidate
 from transforms.query.rerank import VectorCache, candidate_sentences
