@@ -25,7 +25,7 @@ import time
 
 def load_questions(path: str, dedupe_qrels: str | None, limit: int | None):
     from transforms.query.records import Question
-    from transforms.query.questions import read_questions
+    from transforms.query.questions.read import read_questions
     qs = [q for q in read_questions(path) if isinstance(q, Question)]
     if dedupe_qrels:
         from pipelines.eval import read_qrels

@@ -54,7 +54,7 @@ def build_version_artifact(version_dir: str, cfg: Config, spec: ModelSpec,
     stats["hnsw"] = with_hnsw
     if cfg.artifacts.recall_sample and with_hnsw:  # no index: exact search, nothing to measure
         if cfg.artifacts.recall_questions:
-            from transforms.query.questions import read_questions
+            from transforms.query.questions.read import read_questions
             queries = [q.question for q in read_questions(cfg.artifacts.recall_questions)
                        if not isinstance(q, dict)][:cfg.artifacts.recall_sample]
         else:
