@@ -79,7 +79,7 @@ def _answer(args) -> int:
     from transforms.common.lock import BusyError
     from transforms.query.output_guard import OutputPathError
     from transforms.query.output_stats import OutputExistsError
-    from transforms.query.question_file import QuestionFileError
+    from transforms.query.questions.file import QuestionFileError
     try:
         summary = run_answer(cfg, args.index, args.questions, args.output, progress=not args.quiet,
                              beam_args=args.beam_args, overwrite=args.overwrite, trace=args.trace)

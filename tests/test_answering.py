@@ -422,7 +422,8 @@ def test_chunk_weight_uses_stored_embeddings(embedder):
 
 
 def test_sentence_kinds_question_forms_and_restatements():
-    from transforms.query.extract import content_words, kind_fits, question_form, restates, sentence_kind
+    from transforms.common.words import content_words
+    from transforms.query.extract import kind_fits, question_form, restates, sentence_kind
     assert sentence_kind("| Python | JSON |\n|---|---|\n| dict | object |") == "table"
     assert sentence_kind("021 | 17 | 11 | DC1 (device control 1) | 121 | 81") == "table"
     assert sentence_kind("fnmatch.fnmatch(filename, pattern)") == "code"
@@ -451,7 +452,8 @@ def test_sentence_kinds_question_forms_and_restatements():
 
 
 def test_call_questions_match_identifier_parts_and_read_further_definitions(embedder):
-    from transforms.query.extract import SentenceAnswerer, SentenceParams, call_words, content_words, loose_overlap
+    from transforms.common.words import content_words
+    from transforms.query.extract import SentenceAnswerer, SentenceParams, call_words, loose_overlap
     assert {"named", "temporary", "file"} <= call_words(">>> f = NamedTemporaryFile(delete=False)")
     assert {"set", "interval", "token", "urlsafe"} <= call_words("setInterval() and secrets.token_urlsafe()")
     q = content_words("How do I serialize a Python object to a JSON formatted string?")

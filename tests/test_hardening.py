@@ -117,7 +117,7 @@ def test_13_links_out_of_the_root_can_be_allowed(hostile_corpus):
 
 
 def test_03_a_csv_field_over_128_kib_is_one_error_record(tmp_path):
-    from transforms.query.questions import read_questions
+    from transforms.query.questions.read import read_questions
     p = tmp_path / "q.csv"
     with open(p, "w", newline="") as f:
         w = csv.writer(f)
@@ -148,7 +148,7 @@ def test_04_05_bad_filters_and_acl_fail_only_their_question_and_keep_the_id(mini
 
 
 def test_05_unreadable_csv_filters_keep_the_id(tmp_path):
-    from transforms.query.questions import read_questions
+    from transforms.query.questions.read import read_questions
     p = tmp_path / "q.csv"
     p.write_text('id,question,filters,acl\nq1,What?,{not json,\nq2,What?,,\n')
     recs = list(read_questions(str(p)))
@@ -208,7 +208,7 @@ def test_08_a_resumed_run_counts_the_whole_output(mini_index, test_config, tmp_p
 
 
 def test_09_an_unclosed_quote_is_reported_and_every_row_is_accounted_for():
-    from transforms.query.questions import read_questions
+    from transforms.query.questions.read import read_questions
     recs = list(read_questions(str(HOSTILE / "unclosed_quote.csv")))
     assert len(recs) == 3  # three data rows in, three records out
     by_id = _errors_by_id(recs)

@@ -230,6 +230,53 @@ def test_rebuild_reuses_content_derived_segments(segmented, tmp_path):
     assert [s["id"] for s in got["segments"]] == before
 
 
+def test_segment_id_covers_the_analysis(monkeypatch):
+    """A changed BM25 stopword list, content-word stopword list or stemmer gives new ids: the
+    segment's terms, postings or words.arrow would differ for the same rows."""
+    from transforms.common import words
+    from transforms.index import bm25, segments
+    rows = pa.table({c: ["x"] for c in segments.ROW_COLUMNS})
+    base = segments.segment_id(rows, "ns")
+    assert segments.segment_id(rows, "ns") == base
+    seen = {base}
+    for module, name, value in ((bm25, "BM25_STOPWORDS", bm25.BM25_STOPWORDS | {"json"}),
+                                (words, "ANSWER_STOPWORDS", words.ANSWER_STOPWORDS - {"the"}),
+                                (segments, "BM25_STEMMER", "none")):
+        with monkeypatch.context() as m:
+            m.setattr(module, name, value)
+            sid = segments.segment_id(rows, "ns")
+        assert sid not in seen, name
+        seen.add(sid)
+    assert segments.segment_id(rows, "ns") == base
+
+
+def test_an_index_run_rebuilds_segments_of_another_analysis(segmented, tmp_path, monkeypatch):
+    """Segments analysed with another stopword list are not reused: the next run builds their
+    rows again into new segments (new ids), whose terms follow the list in use ("the" kept)."""
+    from pipelines.segments import segment_version
+    from transforms.index import bm25
+    from transforms.index.publish import read_manifest, resolve_index
+    from transforms.index.segments import Segment
+    from transforms.ingest.embed import model_spec_from_config
+    d = tmp_path / "idx"
+    shutil.copytree(segmented[3][0], d)
+    cfg = segmented[3][1]
+    version = resolve_index(str(d))
+    before = read_manifest(version)["segments"]
+    terms = lambda sid: set(Segment(str(d / "segments" / sid)).terms().column("term").to_pylist())  # noqa: E731
+    assert not any("the" in terms(s["id"]) for s in before)
+    monkeypatch.setattr(bm25, "BM25_STOPWORDS", bm25.BM25_STOPWORDS - {"the"})
+    logs = []
+    work = tmp_path / "work"
+    shutil.copytree(version, work)
+    got = segment_version(str(d), str(work), str(work), cfg, model_spec_from_config(cfg), read_manifest(version),
+                          log=logs.append)
+    assert sum("another tokenizer, stemmer or stopword list" in line for line in logs) == len(before)
+    assert not {s["id"] for s in got["segments"]} & {s["id"] for s in before}
+    assert sum(s["live"] for s in got["segments"]) == sum(s["live"] for s in before)
+    assert all("the" in terms(s["id"]) for s in got["segments"])
+
+
 def test_old_index_is_refused_with_what_to_run(segmented, tmp_path):
     from transforms.query.version_segments import NotSegmentedError
     d = tmp_path / "old"

@@ -44,13 +44,11 @@ from scipy.optimize import minimize
 
 from bench.jsonfile import write_json
 from bench.data import ROOT
+from transforms.common.words import ANSWER_STOPWORDS, WORD
 from transforms.evaluation import metrics as M
 
 EVIDENCE_FEATURES = ("sentence_evidence", "best_chunk_cosine", "best_bm25_coverage")
 
-_WORD = re.compile(r"[a-z0-9_]+")
-_STOP = frozenset("""a an and are as at be by can do does did for from has have had how i if in is it its
-of on or that the this to was were what when where which who whom whose why will with you your""".split())
 _NEW_SPAN = re.compile(r"\b(?:[A-Z][a-zA-Z]+|\d[\d,.]*)\b")
 
 SELECTION_FEATURES = (
@@ -73,7 +71,8 @@ SELECTION_FEATURES = (
 
 
 def content_words(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1]
+    """transforms.common.words.content_words in order, repeats kept (for bigrams)."""
+    return [w for w in WORD.findall(text.lower()) if w not in ANSWER_STOPWORDS and len(w) > 1]
 
 
 def bigrams(words: list[str]) -> set[tuple[str, str]]:
@@ -93,7 +92,7 @@ def sentence_features(question: str, flat, cos: np.ndarray, cands, idf=None, idf
     qbi = bigrams(qlist)
     w = {t: (idf.get(t, idf_max) if idf is not None else 1.0) for t in qset}
     total = sum(w.values()) or 1.0
-    qlower = {t for t in _WORD.findall(question.lower())}
+    qlower = {t for t in WORD.findall(question.lower())}
     lex_idf = np.zeros(n)
     for i, (ci, s) in enumerate(flat):
         words = content_words(s)

@@ -127,7 +127,7 @@ class AnswerSide:
 
     def analyze(self, texts: list[str]) -> tuple[list[list[str]], list[set]]:
         """Per question: its distinct analysed BM25 terms (sorted) and its content words."""
-        from transforms.query.extract import content_words
+        from transforms.common.words import content_words
         terms = [sorted(set(t)) for t in self.analyzer.analyze(texts)]
         return terms, [content_words(t) for t in texts]
 

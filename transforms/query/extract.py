@@ -22,6 +22,7 @@ from typing import Optional
 
 import numpy as np
 
+from transforms.common.words import ANSWER_STOPWORDS, content_words
 from transforms.query.answer import EXTRACTIVE_NOT_FOUND, AnswerResult
 from transforms.query.cite import cite_sentences, normalize_for_match
 from transforms.query.conflicts import find_conflicts
@@ -29,15 +30,6 @@ from transforms.query.records import Candidate
 from transforms.query.rerank import VectorCache, candidate_sentences
 from transforms.ingest.sentvec import SentenceStore
 from transforms.query.selection import SENT_DESCRIPTION
-
-_WORD = re.compile(r"[a-z0-9_]+")
-_STOP = frozenset("""a an and are as at be by can do does did for from has have had how i if in is it its
-of on or that the this to was were what when where which who whom whose why will with you your""".split())
-
-
-def content_words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}
-
 
 _YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})s?\b")
 _MONTH = re.compile(r"\b(january|february|march|april|may|june|july|august|september|october|november|december)\b", re.I)
@@ -222,7 +214,7 @@ _KEY = re.compile(r"[^\s?!.,;:\"'()]+(?:\.[^\s?!.,;:\"'()]+)*")
 def question_keys(question: str) -> set[str]:
     """The question's tokens a table row may be keyed by, as written (case kept): every word
     but the lower-case function words ("a" is an article, "A" may be the character asked for)."""
-    return {t for t in _KEY.findall(question) if t not in _STOP}
+    return {t for t in _KEY.findall(question) if t not in ANSWER_STOPWORDS}
 
 
 def lookup(keys: set[str], qwords: set[str], header: list[str], row: list[str]) -> Optional[tuple[str, str]]:

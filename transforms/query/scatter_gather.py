@@ -63,7 +63,7 @@ class EmbedQuestionsFn(beam.DoFn):
             self.con.close()
 
     def process(self, element):
-        from transforms.query.extract import content_words
+        from transforms.common.words import content_words
         shard, records = element
         qs = _questions(records)
         texts = [q.question for q in qs]

@@ -81,7 +81,7 @@ class SegmentSearcher:
         words = seg.words()
         self.word_df = dict(zip(words.column("word").to_pylist(), words.column("df").to_pylist()))
         if len(dead):  # the answerer's word df counts live chunks only
-            from transforms.query.extract import content_words
+            from transforms.common.words import content_words
             for text in seg.rows.column("text").take(np.asarray(dead, np.int64)).to_pylist():
                 for wd in content_words(text or ""):
                     self.word_df[wd] -= 1

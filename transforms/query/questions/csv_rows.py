@@ -9,7 +9,7 @@ import re
 from typing import Iterator, Optional
 
 from transforms.common.decode import decode_lenient
-from transforms.query.jsonl_lines import DEFAULT_MAX_LINE_BYTES, RawLine, iter_raw_lines
+from transforms.query.questions.jsonl_lines import DEFAULT_MAX_LINE_BYTES, RawLine, iter_raw_lines
 from transforms.query.records import InputError, QuestionOrError
 
 # One CSV field may be this long; a longer one makes that row an error record, not the file.

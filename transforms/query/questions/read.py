@@ -2,7 +2,7 @@
 
 Every line yields a Question or, when it cannot be read, an error record that
 goes to the output with the reason, so no input line is lost. A JSONL line ends at "\\n" only
-(JSON's own definition, transforms/query/jsonl_lines.py); a line or row over `max_line_bytes`
+(JSON's own definition, transforms/query/questions/jsonl_lines.py); a line or row over `max_line_bytes`
 (config `questions.max_line_bytes`) is an error record, read with bounded memory.
 """
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Iterator, Optional
 from transforms.common import storage
 from transforms.common.decode import decode_lenient
 from transforms.common.s3 import is_s3
-from transforms.query.jsonl_lines import DEFAULT_MAX_LINE_BYTES, Window, is_blank, iter_raw_lines, leading_id
-from transforms.query.questions_csv import MAX_FIELD_CHARS, read_csv_questions  # noqa: F401 (re-exported)
+from transforms.query.questions.jsonl_lines import DEFAULT_MAX_LINE_BYTES, Window, is_blank, iter_raw_lines, leading_id
+from transforms.query.questions.csv_rows import MAX_FIELD_CHARS, read_csv_questions  # noqa: F401 (re-exported)
 from transforms.query.records import InputError, Question, QuestionOrError
-from transforms.query.validate import (QuestionFieldError, check_shape, has_surrogate, parse_acl, parse_filters,
+from transforms.query.questions.validate import (QuestionFieldError, check_shape, has_surrogate, parse_acl, parse_filters,
                                        parse_id, without_surrogates)
 
 
@@ -95,7 +95,7 @@ def read_questions(uri: str, fmt: Optional[str] = None, s3=None,
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        from transforms.query.questions_parquet import parquet_rows
+        from transforms.query.questions.parquet_rows import parquet_rows
         with _open_binary(uri, s3) as f:
             yield from parquet_rows(pq.ParquetFile(f).iter_batches(batch_size=10000), 1, max_line_bytes,
                                     _safe, _id_of)

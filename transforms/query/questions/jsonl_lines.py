@@ -63,7 +63,7 @@ def leading_id(head: bytes) -> Optional[str]:
         value = json.loads(m.group(1).decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
         return None
-    from transforms.query.validate import has_surrogate
+    from transforms.query.questions.validate import has_surrogate
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         return None
     value = str(value)

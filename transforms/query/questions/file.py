@@ -14,7 +14,7 @@ from typing import Optional
 
 from transforms.common import storage
 from transforms.common.s3 import is_s3
-from transforms.query.questions import detect_format
+from transforms.query.questions.read import detect_format
 
 HEAD_BYTES = 65536  # what the content check reads of a text question file
 
@@ -45,7 +45,7 @@ def content_problem(head: bytes, fmt: str) -> Optional[str]:
         import csv
 
         from transforms.common.decode import decode_lenient
-        from transforms.query.questions_csv import header_problem
+        from transforms.query.questions.csv_rows import header_problem
         first = decode_lenient(head.split(b"\n", 1)[0]).lstrip("\ufeff")
         try:
             header = [h.strip() for h in next(csv.reader([first.rstrip("\r")]))]
@@ -147,19 +147,19 @@ def _head(uri: str, size: Optional[int], s3) -> bytes:
         with open(uri, "rb") as f:
             return f.read(HEAD_BYTES)
     if size is not None:
-        from transforms.query.question_pieces import _read_range
+        from transforms.query.questions.pieces import _read_range
         return _read_range(uri, 0, min(HEAD_BYTES, size), s3)
-    from transforms.query.questions import _open_binary
+    from transforms.query.questions.read import _open_binary
     with _open_binary(uri, s3) as f:
         return f.read(HEAD_BYTES)
 
 
 def _row_groups(uri: str, size: Optional[int], s3, check_columns: bool = False) -> tuple[int, ...]:
     import pyarrow.parquet as pq
-    from transforms.query.question_pieces import parquet_file
+    from transforms.query.questions.pieces import parquet_file
     try:
         if size is None:
-            from transforms.query.questions import _open_binary
+            from transforms.query.questions.read import _open_binary
             with _open_binary(uri, s3) as f:
                 md = pq.ParquetFile(f).metadata
         else:

@@ -14,9 +14,9 @@ from typing import Iterator, Optional
 
 from transforms.common import storage
 from transforms.common.s3 import is_s3, split_s3_uri
-from transforms.query.jsonl_lines import DEFAULT_MAX_LINE_BYTES
+from transforms.query.questions.jsonl_lines import DEFAULT_MAX_LINE_BYTES
 from transforms.query.records import QuestionOrError
-from transforms.query.questions import _id_of, _safe, detect_format, open_range, read_jsonl, read_questions
+from transforms.query.questions.read import _id_of, _safe, detect_format, open_range, read_jsonl, read_questions
 
 PIECE_BYTES = 8 * 1024 * 1024
 _BLOCK = 1024 * 1024  # the planner's read size
@@ -127,7 +127,7 @@ def read_piece(piece: dict, s3=None) -> Iterator[QuestionOrError]:
         yield from read_questions(uri, fmt, s3=s3, max_line_bytes=cap)
         return
     if fmt == "parquet":
-        from transforms.query.questions_parquet import parquet_rows
+        from transforms.query.questions.parquet_rows import parquet_rows
         pf = parquet_file(uri, piece.get("size"), s3)
         yield from parquet_rows(pf.iter_batches(batch_size=10000, row_groups=[piece["row_group"]]),
                                 piece["first_line"], cap, _safe, _id_of)
