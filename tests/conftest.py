@@ -1,4 +1,4 @@
-"""Shared fixtures.
+"""Shared fixtures of both tiers (tests/unit, tests/integration) and of tests/flink.
 
 s3_server: a real S3 API (SeaweedFS on 127.0.0.1, a free port), started once per
 session and only when a test asks for it (~3.5 s). Prefer new prefixes over new
@@ -21,15 +21,24 @@ from infra.s3 import seaweed  # noqa: E402
 
 # The longest files first (about 50 s to 3 min each on 2 cores): `make test-core` runs two
 # processes that take whole files (pytest-xdist --dist loadfile) in collection order, so a long
-# file started last would leave one process working alone at the end.
-LONGEST_FIRST = ("test_s3_index.py", "test_incremental.py", "test_llm_features.py", "test_local_llm.py",
-                 "test_index_pipeline.py", "test_ocr.py", "test_source_changes.py", "test_segments.py",
-                 "test_neardup_index.py", "test_eval.py")
+# file started last would leave one process working alone at the end. Paths under tests/.
+LONGEST_FIRST = ("integration/test_s3_index.py", "integration/test_incremental.py",
+                 "integration/test_llm_features.py", "integration/test_local_llm.py",
+                 "integration/test_index_pipeline.py", "integration/test_ocr.py",
+                 "integration/test_source_changes.py", "integration/test_segments.py",
+                 "integration/test_neardup_index.py", "integration/test_eval.py")
+TESTS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(session, config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order stays
+
+    def key(item):
+        try:
+            return rank.get(item.path.resolve().relative_to(TESTS).as_posix(), len(rank))
+        except ValueError:  # a test outside tests/
+            return len(rank)
+    items.sort(key=key)  # stable: a file's own order stays
 
 
 TEST_ACCESS_KEY = "ragbeam-test"

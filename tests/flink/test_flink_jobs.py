@@ -19,7 +19,7 @@ import pytest
 from pipelines.answer import run_answer
 from pipelines.index import UnbalancedRun, run_index
 from tests.conftest import SAMPLES
-from tests.test_incremental import quiet, s3_config
+from tests.integration.test_incremental import quiet, s3_config
 from transforms.common import storage
 from transforms.index import publish
 from transforms.index.incremental import mirror_version

@@ -167,7 +167,7 @@ def _examples(help_text: str) -> list[list[str]]:
 @pytest.mark.parametrize("name", ["ragbeam", "index", "build-artifacts", "answer", "eval", "sql"])
 def test_every_help_ends_with_real_examples(name):
     from pipelines.cli import build_parser
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     examples = _examples(_helps()[name].format_help())
     assert 2 <= len(examples) <= 3, examples
     for words in examples:

@@ -6,7 +6,7 @@ import pytest
 
 from pipelines.answer import run_answer
 from pipelines.index import run_index
-from tests.test_incremental import quiet
+from tests.integration.test_incremental import quiet
 from transforms.query.conflicts import quantities
 
 MANUAL = """# AquaPump 300 manual

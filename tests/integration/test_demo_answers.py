@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from conftest import SAMPLES, copy_corpus
+from tests.conftest import SAMPLES, copy_corpus
 from transforms.index import publish
 from transforms.ingest.embed import model_spec_from_config
 from transforms.query.engine import QAEngine

@@ -16,7 +16,7 @@ import pytest
 from infra.llm import server as llm
 from pipelines.answer import run_answer
 from pipelines.index import run_index
-from tests.test_local_llm import read_records, write_questions
+from tests.integration.test_local_llm import read_records, write_questions
 from transforms.index import publish
 from transforms.index.shards import shard_files
 from transforms.query.grounding import CLAIM_NOT_IN_SOURCE, NO_CITATION, QUOTE_NOT_IN_SOURCE

@@ -15,7 +15,7 @@ import pytest
 
 from infra.llm import server as llm
 from pipelines.answer import run_answer
-from tests.test_answer_job import KNOWN
+from tests.integration.test_answer_job import KNOWN
 from transforms.index import publish
 from transforms.query.cite import parse_citations
 from transforms.query.grounding import ground_answer

@@ -5,7 +5,7 @@ import json
 import apache_beam as beam
 import pytest
 
-from tests.test_incremental import TINY
+from tests.integration.test_incremental import TINY
 
 
 
@@ -29,7 +29,7 @@ def test_index_and_answer_job_graphs_hold_no_keys(s3_server, test_config, tmp_pa
     from pipelines.answer import run_answer
     from pipelines.index import run_index
     from tests.conftest import SAMPLES
-    from tests.test_incremental import s3_config
+    from tests.integration.test_incremental import s3_config
     # the keys are in the config, as a user would give them: the driver uses them, the graph must not hold them
     secret, key_id = s3_server.secret_key.encode(), s3_server.access_key.encode()
     assert len(secret) >= 12 and len(key_id) >= 8

@@ -173,7 +173,7 @@ def test_requantized_minilm_runs_int8_kernels_and_keeps_the_vectors(tmp_path):
 
 @pytest.fixture(scope="module")
 def bge_index(tmp_path_factory):
-    from conftest import copy_corpus
+    from tests.conftest import copy_corpus
     from pipelines.index import run_index
     base = tmp_path_factory.mktemp("bge-index")
     corpus = copy_corpus(base / "corpus", ["python/library/json.html", "python/library/glob.html",

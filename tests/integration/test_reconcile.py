@@ -5,7 +5,7 @@ import pytest
 from pipelines import cli
 from pipelines.index import UnbalancedRun, run_index
 from tests.conftest import copy_corpus
-from tests.test_incremental import quiet
+from tests.integration.test_incremental import quiet
 from transforms.index import publish
 
 FILES = ["man/man3/fnmatch.3", "git/git-version.txt"]

@@ -14,7 +14,7 @@ from transforms.common import storage
 from transforms.index import publish
 from transforms.index.incremental import mirror_version
 from transforms.index.shards import read_table
-from tests.test_incremental import TINY, s3_config, quiet
+from tests.integration.test_incremental import TINY, s3_config, quiet
 
 RUN_COLUMNS = {"indexed_at"}
 
@@ -208,7 +208,7 @@ def s3_index(s3_server, s3_source, test_config):
 def test_answer_job_from_an_s3_index_to_s3_resumes_after_a_kill(s3_server, s3_index, tmp_path):
     """Everything on S3: the artifact is cached per version + sha256, a killed run resumes from the
     shards already in the bucket, and the output equals an uninterrupted run's."""
-    from tests.test_answer_job import KNOWN
+    from tests.integration.test_answer_job import KNOWN
     index = s3_index
     c = s3_server.client()
     c.put_object(Bucket="s3index", Key="q/questions.jsonl", Body="".join(

@@ -8,7 +8,7 @@ import numpy as np
 
 import pytest
 
-from tests.test_incremental import s3_config
+from tests.integration.test_incremental import s3_config
 from transforms.common import storage
 from transforms.index import publish
 from transforms.index.segment_store import SegmentMismatch, local_segment, segment_files

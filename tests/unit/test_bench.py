@@ -77,7 +77,7 @@ def test_ocr_bench_corpus_is_ten_percent_scans_with_text_twins(tmp_path):
 
 # --- layout: bench/ holds what the make targets run, bench/studies/ the tuning studies ---------
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _bench_modules(folder: str) -> list[str]:

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PAGES = sorted(["README.md", "bench/studies/README.md", "bench/results/README.md"]
                + [os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))])
 LINK = re.compile(r"\]\(([^)\s]+)\)")

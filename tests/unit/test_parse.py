@@ -12,7 +12,7 @@ from transforms.ingest.parse import (PARSER_VERSION, ParseError, parse_object,
                               parse_object_with_errors, sniff_format)
 from transforms.records import RawObject, sha256_hex, stable_id
 
-CORPUS = Path(__file__).resolve().parent.parent / "samples" / "corpus"
+CORPUS = Path(__file__).resolve().parents[2] / "samples" / "corpus"
 
 
 def raw_of(key: str, as_key: str | None = None, data: bytes | None = None) -> RawObject:

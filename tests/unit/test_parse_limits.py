@@ -19,7 +19,7 @@ from transforms.ingest.parse.limits import ParseLimits
 from transforms.records import RawObject
 from tests.pdf_maker import serialize
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def raw(key: str, data: bytes) -> RawObject:

@@ -29,7 +29,7 @@ from configs.schema import Config, load_config
 from transforms.common import redact
 MASK = "***"
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LLM_KEY = "sk-llm-h3-Zq81vXw0"
 ANSWER_KEY = "sk-answer-h3-Pp41mL7"
 URL_PASSWORD = "urlpw-h3-Gh72kd"
