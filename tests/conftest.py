@@ -28,6 +28,7 @@ LONGEST_FIRST = ("integration/test_s3_index.py", "integration/test_incremental.p
                  "integration/test_source_changes.py", "integration/test_segments.py",
                  "integration/test_neardup_index.py", "integration/test_eval.py")
 TESTS = Path(__file__).resolve().parent
+HOSTILE = TESTS / "hostile"  # hostile inputs (tests/hostile/README.md)
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -177,3 +178,21 @@ def local_llm(tmp_path_factory):
         yield s
     finally:
         s.stop()
+
+
+@pytest.fixture
+def hostile_corpus(tmp_path):
+    """A corpus with a non-UTF-8 file name, a link out of the root, a dangling link and a FIFO."""
+    root = tmp_path / "corpus"
+    (root / "docs").mkdir(parents=True)
+    (root / "docs" / "good.md").write_text("# Good\n\nThe frobnicator turns widgets into gadgets.\n")
+    bad = os.path.join(os.fsencode(root / "docs"), b"bad\xffname.md")
+    with open(bad, "wb") as f:
+        f.write(b"# Bad name\n\nThis file has a name that is not UTF-8.\n")
+    outside = tmp_path / "outside-secret.txt"
+    outside.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    os.symlink(outside, root / "docs" / "passwd-link.txt")
+    os.symlink(tmp_path, root / "escape-dir")
+    os.symlink(root / "missing.md", root / "docs" / "dangling.md")
+    os.mkfifo(root / "docs" / "pipe.md")
+    return root

@@ -14,6 +14,7 @@ from transforms.index import publish
 from transforms.ingest.embed import model_spec_from_config
 from transforms.query.engine import IndexMismatchError, QAEngine
 from transforms.query.records import Question
+from tests.conftest import HOSTILE, ROOT
 
 KNOWN = [  # question -> the key (path under the corpus root) that answers it
     ("How do I find pathnames matching a Unix shell pattern in Python?", "python/library/glob.html"),
@@ -237,3 +238,83 @@ def test_trace_shows_every_stage_and_the_context(mini_index, test_config, tmp_pa
     plain = tmp_path / "plain.jsonl"
     run_answer(test_config, str(index_dir), str(qfile), str(plain), progress=False, log=lambda *_: None)
     assert all("trace" not in json.loads(line) for line in plain.read_text().splitlines())
+
+
+# --- outputs: never mixed, never overwritten; bad fields fail only their question -------------
+
+def test_a_second_answer_run_on_the_same_output_is_refused(mini_index, test_config, tmp_path):
+    from pipelines.answer import run_answer
+    from transforms.common.lock import BusyError
+    index_dir, _ = mini_index
+    q = tmp_path / "q.jsonl"
+    q.write_text(json.dumps({"id": "a", "question": "What is glob?"}) + "\n")
+    out = tmp_path / "answers.jsonl"
+    # A real second process holds the output's lock, as a concurrent run would.
+    holder = subprocess.Popen([sys.executable, "-c",
+                               "import sys, time; sys.path.insert(0, sys.argv[2]);"
+                               "from transforms.common.lock import exclusive_lock\n"
+                               "with exclusive_lock(sys.argv[1] + '.lock', sys.argv[1]):\n"
+                               "    print('locked', flush=True); time.sleep(60)", str(out), str(ROOT)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(BusyError, match="being written by another run"):
+            run_answer(test_config, str(index_dir), str(q), str(out), progress=False, log=lambda *_: None)
+        assert not out.exists() and not (tmp_path / "answers.jsonl.parts").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_finished_output_is_not_overwritten_by_another_job(mini_index, test_config, tmp_path):
+    from pipelines.answer import run_answer
+    from transforms.query.output_stats import OutputExistsError
+    index_dir, _ = mini_index
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    first.write_text(json.dumps({"id": "a", "question": "What is glob?"}) + "\n")
+    second.write_text(json.dumps({"id": "b", "question": "What is json?"}) + "\n")
+    out = tmp_path / "answers.jsonl"
+    run_answer(test_config, str(index_dir), str(first), str(out), progress=False, log=lambda *_: None)
+    before = out.read_text()
+    with pytest.raises(OutputExistsError, match="different job"):
+        run_answer(test_config, str(index_dir), str(second), str(out), progress=False, log=lambda *_: None)
+    assert out.read_text() == before
+    # the same job again is a resume (nothing to redo), not an overwrite
+    s = run_answer(test_config, str(index_dir), str(first), str(out), progress=False, log=lambda *_: None)
+    assert s["answered_this_run"] == 0 and out.read_text() == before
+
+
+def test_bad_filters_and_acl_fail_only_their_question_and_keep_the_id(mini_index, test_config, tmp_path):
+    from pipelines.answer import run_answer
+    index_dir, _ = mini_index
+    out = tmp_path / "answers.jsonl"
+    run_answer(test_config, str(index_dir), str(HOSTILE / "bad_fields.jsonl"), str(out), progress=False,
+               log=lambda *_: None)
+    recs = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert set(recs) == {"good1", "good2", "f-list", "f-int", "f-key", "acl-int", "acl-obj", "acl-nobody"}
+    assert recs["good1"]["status"] == recs["good2"]["status"] == "answered"
+    for qid in ("f-list", "f-int", "f-key", "acl-int", "acl-obj", "acl-nobody"):
+        assert recs[qid]["status"] == "error", qid
+    assert "filters must be a JSON object" in recs["f-list"]["error"]
+    assert "not a metadata name" in recs["f-key"]["error"]
+    assert "acl must be a list" in recs["acl-obj"]["error"]
+
+
+def test_a_resumed_run_counts_the_whole_output(mini_index, test_config, tmp_path):
+    from pipelines.answer import run_answer
+    index_dir, _ = mini_index
+    q = tmp_path / "q.jsonl"
+    q.write_text("".join(json.dumps({"id": f"q{i}", "question": t}) + "\n" for i, t in enumerate(
+        ["What is glob?", "How do I serialize JSON?", "What does fnmatch do?", "What is punycode?",
+         "What is ERR_CONN_4042?", "Are we ISO-27001 certified?"])) + "{broken\n")
+    out = tmp_path / "answers.jsonl"
+    whole = run_answer(test_config, str(index_dir), str(q), str(out), progress=False, log=lambda *_: None)
+    parts = sorted((tmp_path / "answers.jsonl.parts").glob("shard-*"))
+    non_empty = [p for p in parts if p.stat().st_size]
+    non_empty[0].unlink()  # as if the run had died before this shard
+    out.unlink()
+    resumed = run_answer(test_config, str(index_dir), str(q), str(out), progress=False, log=lambda *_: None)
+    assert resumed["shards_skipped"] == len(parts) - 1
+    for k in ("questions_written", "answered", "not_found", "errors", "unsupported"):
+        assert resumed[k] == whole[k], k
+    assert resumed["answered"] + resumed["not_found"] + resumed["errors"] + resumed["unsupported"] == 7

@@ -7,7 +7,6 @@ import pytest
 from pipelines.answer import run_answer
 from pipelines.index import run_index
 from tests.integration.test_incremental import quiet
-from transforms.query.conflicts import quantities
 
 MANUAL = """# AquaPump 300 manual
 
@@ -20,12 +19,6 @@ FORUM = """AquaPump 300 owners forum, thread 41.
 
 I run my AquaPump 300 at a maximum operating pressure of 99 bar and it works fine for me.
 """
-
-
-def test_quantities_reads_values_with_units_and_years():
-    assert quantities("It is 12 bar, 3.5 MB and 40% since 1999.") == {
-        "bar": {"12"}, "mb": {"3.5"}, "%": {"40"}, "year": {"1999"}}
-    assert quantities("Read 3 files and the 2 of them.") == {}
 
 
 @pytest.fixture(scope="module")

@@ -1,20 +1,20 @@
-"""Issue 35, the index side: corrupt segments are refused and rebuilt, build-artifacts publishes a
-new version, readers pin theirs against pruning, nothing after the CURRENT switch fails a run,
-entries no run wrote are reported and never deleted, a folder that is not an index is refused,
-and a damaged index file is one line naming it (exit 2)."""
+"""An index stays whole across runs: corrupt segments are refused and rebuilt, build-artifacts
+publishes a new version, readers pin theirs against pruning (on S3 too), nothing after the CURRENT
+switch fails a run, entries no run wrote are reported and never deleted, and a damaged index file
+is one line naming it (exit 2)."""
 from __future__ import annotations
 
 import json
 import math
 import os
 import shutil
-import time
 
 import pytest
 
 from pipelines.cli import main
 from transforms.index import layout, publish
 from transforms.index.segments import META_FILE, SegmentCorrupt, check_segment
+from tests.unit.test_index_folder import _one_line
 
 QUESTIONS = [("q1", "How do I find the version of git?"), ("q2", "What does fnmatch do?"),
              ("q3", "How do I serialize an object to JSON?")]
@@ -69,17 +69,11 @@ def _answers(path) -> list[tuple]:
     return [(r["id"], r["status"], r["answer"]) for r in map(json.loads, open(path, encoding="utf-8"))]
 
 
-def _one_line(err: str) -> str:
-    lines = [x for x in err.splitlines() if x.strip() and not x.startswith("WARNING")]
-    assert len(lines) == 1, err
-    return lines[0]
-
-
 def _cfg(test_config, **index):
     return test_config.model_copy(update={"index": test_config.index.model_copy(update={"keep_versions": 1, **index})})
 
 
-# --- item 3: local segments verified against segment.json ---------------------------------------
+# --- local segments verified against segment.json -------------------------------------------------
 
 def test_every_segment_file_is_verified_and_a_changed_byte_is_named(mini_index, tmp_path):
     """Any file of a local segment with one byte changed (mtime put back) is refused by name,
@@ -178,7 +172,7 @@ def test_a_merge_refuses_a_corrupt_segment(mini_index, tmp_path):
         list(fn.process(str(plan)))
 
 
-# --- item 19: a damaged index file is one line, exit 2, naming it and what to run ----------------
+# --- a damaged index file is one line, exit 2, naming it and what to run --------------------------
 
 @pytest.mark.parametrize("damage", ["truncated vectors.npy", "unknown segment format", "cut manifest.json",
                                     "missing post_ptr.npy"])
@@ -225,7 +219,7 @@ def test_a_cut_live_manifest_stops_an_index_run_with_one_line(mini_index, mini_c
     assert rc == 2 and p in _one_line(out.err) and "re-index" in out.err
 
 
-# --- item 4: build-artifacts publishes a new version ------------------------------------------------
+# --- build-artifacts publishes a new version ------------------------------------------------------
 
 def test_build_artifacts_publishes_a_new_version_and_leaves_the_read_one_whole(mini_index, tmp_path, test_config):
     """A reader of the live version (its manifest loaded, a lease held) answers the same after
@@ -270,39 +264,7 @@ def test_build_artifacts_refuses_a_version_that_is_not_live(mini_index, tmp_path
     assert rc == 2 and "is not the live one" in _one_line(capsys.readouterr().err)
 
 
-# --- item 5: readers pin their version -----------------------------------------------------------
-
-def test_pruning_never_removes_a_leased_version_local(tmp_path):
-    for v in ("v1", "v2", "v3"):
-        d = publish.staging_dir(str(tmp_path), v)
-        os.makedirs(d)
-        open(os.path.join(d, "manifest.json"), "w").write("{}")
-        publish.publish(str(tmp_path), v)
-    with layout.pinned(str(tmp_path), "v1"):
-        assert publish.prune(str(tmp_path), keep=1) == ["v2"]
-        assert publish.list_versions(str(tmp_path)) == ["v1", "v3"]
-    assert publish.prune(str(tmp_path), keep=1) == ["v1"]
-    # a killed reader's lease runs out; an expired one is dropped by the pruner
-    d = os.path.join(str(tmp_path), "leases", "v3")
-    os.makedirs(d, exist_ok=True)
-    stale = os.path.join(d, "0123456789abcdef.json")
-    json.dump({"expires_at": time.time() - 1}, open(stale, "w"))
-    assert layout.leased_versions(str(tmp_path), drop_stale=True) == set() and not os.path.exists(stale)
-
-
-def test_a_read_only_index_is_still_answered_unpinned(tmp_path, monkeypatch):
-    """A reader that cannot write its lease (a read-only mount) still reads; it is only unpinned."""
-    d = publish.staging_dir(str(tmp_path), "v1")
-    os.makedirs(d)
-    open(os.path.join(d, "manifest.json"), "w").write("{}")
-    publish.publish(str(tmp_path), "v1")
-
-    def refuse(*a, **k):
-        raise PermissionError(13, "Read-only file system")
-    monkeypatch.setattr(layout.storage, "write_json", refuse)
-    vdir, lease = publish.pin_current(str(tmp_path))
-    assert vdir.endswith("versions/v1") and lease.uri is None
-    lease.release()
+# --- readers pin their version --------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -395,7 +357,7 @@ def test_a_nightly_with_keep_versions_1_leaves_a_running_answer_jobs_version(min
     assert len(publish.list_versions(str(idx))) == 1  # the reader gone, its version is pruned
 
 
-# --- item 7: nothing after the switch fails a run; odd entries reported, never deleted -----------
+# --- nothing after the switch fails a run; odd entries reported, never deleted --------------------
 
 STRAY = ["versions/v1.txt", "versions/notes/readme.md", "segments/clips/c1.txt", "segments/x.txt",
          "staging/draft.txt", "staging/mine/keep.md", "README.txt", "leases/odd.txt"]
@@ -445,41 +407,3 @@ def test_nothing_after_the_switch_fails_the_run(mini_index, mini_corpus, tmp_pat
     s = run_index(_cfg(test_config), str(mini_corpus), str(idx), progress=False, log=logs.append)
     assert publish.current_version(str(idx)) == s["version"]
     assert s["warnings"] and "the new version is live" in s["warnings"][0]
-
-
-# --- item 8: a folder that is not an index is refused, nothing of it touched --------------------
-
-FOREIGN = [["staging/draft.txt"], ["segments/clips/c1.txt"], ["notes.txt"], ["versions/v1.txt"],
-           ["staging/draft.txt", "segments/clips/c1.txt"], ["cache/mine.bin", "segments/x.txt"]]
-
-
-@pytest.mark.parametrize("files", FOREIGN)
-def test_output_that_is_not_an_index_is_refused(mini_corpus, tmp_path, capsys, files):
-    out = tmp_path / "out"
-    for rel in files:
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        (out / rel).write_text("user data")
-    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
-    rc = main(["index", "--input", str(mini_corpus), "--output", str(out), "--quiet"])
-    line = _one_line(capsys.readouterr().err)
-    assert rc == 2 and "not an index" in line and str(out) in line
-    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before  # not even a lock file
-    for rel in files:
-        assert (out / rel).read_text() == "user data"
-
-
-def test_what_a_killed_first_run_left_is_an_index(tmp_path):
-    """Only index entries (no CURRENT yet): accepted, as are a new and an empty folder."""
-    out = tmp_path / "out"
-    layout.refuse_foreign_output(str(out))
-    out.mkdir()
-    layout.refuse_foreign_output(str(out))
-    for rel in ("staging/20261204T101010Z-abcdef/chunks/part.parquet", "segments/" + "a" * 32 + "/rows.arrow",
-                "segments/" + "b" * 32 + ".tmp-123/x.npy", "cache/embeddings/ns/x.parquet", ".lock"):
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        (out / rel).write_text("")
-    layout.refuse_foreign_output(str(out))
-    assert layout.unexpected_entries(str(out)) == []
-    (out / "staging" / "draft.txt").write_text("mine")
-    with pytest.raises(layout.ForeignOutputError, match="staging/draft.txt"):
-        layout.refuse_foreign_output(str(out))

@@ -192,7 +192,7 @@ def test_query_rewriting_fuses_the_llms_rewrites_and_falls_back_to_the_question(
 def test_eval_reports_llm_judged_faithfulness_and_relevance_with_the_prompt_versions(local_llm, tmp_path):
     from configs.schema import JudgeConfig, load_config
     from pipelines.eval import run_eval
-    from tests.test_eval import write_dataset
+    from tests.integration.test_eval import write_dataset
     from transforms.evaluation.judge import PROMPT_VERSIONS
     data = write_dataset(tmp_path / "ds")
     cfg = llm_cfg(load_config(environ={}), local_llm.base_url)

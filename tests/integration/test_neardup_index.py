@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import random
-import shutil
 
-import pytest
 
 from pipelines.index import run_index
 from tests.planted_corpus import _Gen
@@ -138,34 +136,3 @@ def test_nightly_near_copy_joins_and_deleted_representative_hands_over(test_conf
     finally:
         engine.close()
     assert rec.to_row()["retrieved"][0]["doc_id"] == zeta["doc_id"]
-
-
-def test_dedupe_settings_are_validated_and_part_of_the_processing_key(test_config):
-    from configs.schema import ConfigError, load_config
-    from pipelines.index import current_versions
-    from transforms.index.incremental import processing_key
-    from transforms.ingest.embed import model_spec_from_config
-    for key, value in (("THRESHOLD", "1.5"), ("SHINGLE_SIZE", "0"), ("NUM_PERM", "8"), ("NEAR_DUPLICATES", "maybe")):
-        with pytest.raises(ConfigError, match=f"dedupe.{key.lower()}"):
-            load_config(environ={f"RAGBEAM__DEDUPE__{key}": value})
-    spec = model_spec_from_config(test_config)
-    other = test_config.model_copy(update={"dedupe": test_config.dedupe.model_copy(update={"threshold": 0.95})})
-    assert processing_key(current_versions(test_config, spec)) != processing_key(current_versions(other, spec))
-
-
-def test_eval_labels_of_near_duplicate_members_resolve_to_their_representative(tmp_path):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from transforms.evaluation.datasets import DocLabels
-    from transforms.ingest.neardup import NEAR_DUPLICATES_SCHEMA
-    from transforms.records import DOCUMENT_SCHEMA
-    (tmp_path / "documents").mkdir()
-    (tmp_path / "near_duplicates").mkdir()
-    docs = [{"doc_id": d, "key": f"corpus.jsonl#{d}", "source_uri": "/c/corpus.jsonl", "source_uris": ["/c/corpus.jsonl"]}
-            for d in ("p1", "p2")]
-    pq.write_table(pa.Table.from_pylist(docs, DOCUMENT_SCHEMA), tmp_path / "documents" / "part-0.parquet")
-    pq.write_table(pa.Table.from_pylist([{"member": "p3", "representative": "p1", "similarity": 0.93}],
-                                        NEAR_DUPLICATES_SCHEMA), tmp_path / "near_duplicates" / "part-0.parquet")
-    labels = DocLabels(str(tmp_path), {"p1", "p3"})
-    assert not labels.by_key and labels.doc_of["p3"] == "p1"
-    assert labels.doc_qrels({"p3": 2, "p2": 1}) == {"p1": 2, "p2": 1}

@@ -104,3 +104,9 @@ def test_context_is_title_and_section_path():
 def test_unknown_contextualizer_is_a_clear_error():
     with pytest.raises(ValueError, match="contextualize.kind"):
         make_contextualizer("llm-magic")
+
+
+def test_the_index_summary_counts_the_cut_contexts():
+    from transforms.index.manifest import reconcile
+    s = reconcile({"llm_contexts_written": 5, "llm_contexts_cut": 2}, listed=0)
+    assert (s["llm_contexts_written"], s["llm_contexts_cut"]) == (5, 2)

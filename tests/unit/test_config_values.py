@@ -1,14 +1,13 @@
-"""Issue 35, items 6 and 21: odd settings are refused at load, naming where they came from.
+"""Odd values are refused at load, naming where they came from, and never answered.
 
-6. inf, -inf and nan are refused for every float key (from YAML or from the environment), and a
-   non-finite score anywhere in an answer makes it "not found", never "answered", with no NaN
-   written.
-21. An error about a value an environment override set names the variable, not the config
-    file; a malformed RAGBEAM__ variable (`RAGBEAM__=x`, an empty or odd part) is refused.
-"""
+- inf, -inf and nan are refused for every float key (from YAML or from the environment), and a
+  non-finite score anywhere in an answer makes it "not found", never "answered", with no NaN
+  written.
+- An error about a value an environment override set names the variable, not the config file;
+  a malformed RAGBEAM__ variable (`RAGBEAM__=x`, an empty or odd part) is refused; an override is
+  a string unless the key's type says otherwise."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import typing
@@ -45,7 +44,7 @@ NON_FINITE_YAML = [".inf", "-.inf", ".nan", ".NaN", "+.INF", "1e400", "-1.0e+999
 NON_FINITE_ENV = ["inf", "-inf", "nan", "NaN", "Infinity", "-INF", "+inf", "1e400", "-1e999"]
 
 
-def test_6_the_schema_has_the_float_keys_the_issue_names():
+def test_the_schema_has_the_float_keys_the_issue_names():
     assert {("retrieve", "bm25_k1"), ("retrieve", "dense_weight"), ("retrieve", "bm25_weight"),
             ("rerank", "chunk_weight"), ("llm", "budget_s"), ("answer", "budget_s")} <= set(FLOAT_KEYS)
     assert len(FLOAT_KEYS) >= 25
@@ -53,7 +52,7 @@ def test_6_the_schema_has_the_float_keys_the_issue_names():
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(key=st.sampled_from(FLOAT_KEYS), value=st.sampled_from(NON_FINITE_YAML))
-def test_6_property_a_non_finite_float_in_yaml_is_refused_naming_its_key(tmp_path, key, value):
+def test_property_a_non_finite_float_in_yaml_is_refused_naming_its_key(tmp_path, key, value):
     text = value
     for part in reversed(key[1:]):
         text = f"{{{part}: {text}}}"
@@ -68,7 +67,7 @@ def test_6_property_a_non_finite_float_in_yaml_is_refused_naming_its_key(tmp_pat
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(key=st.sampled_from([k for k in FLOAT_KEYS if k[0] != "gate" and len(k) == 2]),
        value=st.sampled_from(NON_FINITE_ENV))
-def test_6_property_a_non_finite_float_from_the_environment_is_refused_naming_the_variable(key, value):
+def test_property_a_non_finite_float_from_the_environment_is_refused_naming_the_variable(key, value):
     var = "RAGBEAM__" + "__".join(p.upper() for p in key)
     with pytest.raises(ConfigError) as e:
         load_config(environ={var: value})
@@ -77,7 +76,7 @@ def test_6_property_a_non_finite_float_from_the_environment_is_refused_naming_th
     assert str(DEFAULT_CONFIG) not in msg
 
 
-def test_6_finite_values_at_the_bounds_still_load(tmp_path):
+def test_finite_values_at_the_bounds_still_load(tmp_path):
     cfg = load_config(write(tmp_path, "retrieve: {bm25_k1: 1e300, dense_weight: 0, bm25_weight: 1e10}\n"
                                       "llm: {budget_s: 1e9}\nrerank: {chunk_weight: 2.5}"), environ={})
     assert cfg.retrieve.bm25_k1 == 1e300 and cfg.llm.budget_s == 1e9
@@ -97,7 +96,7 @@ def _record(**kw):
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 @pytest.mark.parametrize("where", ["evidence", "retrieved", "retrieved_docs"])
-def test_6_a_non_finite_score_anywhere_is_not_found_and_never_written(bad, where):
+def test_a_non_finite_score_anywhere_is_not_found_and_never_written(bad, where):
     from transforms.query.finite import finite_or_not_found
     kw = {"evidence": dict(evidence_score=bad),
           "retrieved": dict(retrieved=[{"rank": 1, "doc_id": "d", "chunk_id": "c1", "source": "a", "score": bad}]),
@@ -107,7 +106,7 @@ def test_6_a_non_finite_score_anywhere_is_not_found_and_never_written(bad, where
     json.dumps(rec.to_row(), allow_nan=False)  # no NaN or Infinity in the answer file
 
 
-def test_6_a_finite_record_is_left_as_it_is():
+def test_a_finite_record_is_left_as_it_is():
     from transforms.query.finite import finite_or_not_found
     rec = _record()
     before = rec.to_row()
@@ -117,7 +116,7 @@ def test_6_a_finite_record_is_left_as_it_is():
 @settings(max_examples=100, deadline=None)
 @given(scores=st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=12),
        evidence=st.floats(allow_nan=True, allow_infinity=True))
-def test_6_property_answered_only_with_every_score_finite(scores, evidence):
+def test_property_answered_only_with_every_score_finite(scores, evidence):
     from transforms.query.finite import finite_or_not_found
     rec = finite_or_not_found(_record(evidence_score=evidence, retrieved=[
         {"rank": i + 1, "doc_id": "d", "chunk_id": f"c{i}", "source": "a", "score": s} for i, s in enumerate(scores)]))
@@ -126,45 +125,7 @@ def test_6_property_answered_only_with_every_score_finite(scores, evidence):
     json.dumps(rec.to_row(), allow_nan=False)
 
 
-def test_6_the_engine_turns_a_nan_evidence_and_a_nan_ranking_into_not_found(mini_index, test_config):
-    """Through the answer engine: whatever produced the NaN, no record is 'answered' with it."""
-    from transforms.index import publish
-    from transforms.ingest.embed import model_spec_from_config
-    from transforms.query.engine import QAEngine
-    from transforms.query.records import Question
-    index_dir, _ = mini_index
-    engine = QAEngine(publish.resolve_index(str(index_dir)), test_config, model_spec_from_config(test_config))
-    try:
-        qs = [Question("q1", "What does error ERR_CONN_4042 mean?")]
-        (good,) = engine.answer_batch(qs, top_k=5)
-        assert good.status == "answered"
-        answer = engine.answer
-
-        def nan_evidence(*a, **kw):
-            out = answer(*a, **kw)
-            for r in out:
-                r.evidence_score = float("nan")
-            return out
-        engine.answer = nan_evidence
-        (rec,) = engine.answer_batch(qs, top_k=5)
-        assert rec.status == "not_found" and rec.citations == []
-        json.dumps(rec.to_row(), allow_nan=False)
-        engine.answer = answer
-        candidates = engine.candidates
-
-        def nan_scores(rankings):
-            nan = float("nan")
-            return [[dataclasses.replace(c, score=nan, rerank_score=nan) for c in cands]
-                    for cands in candidates(rankings)]
-        engine.candidates = nan_scores
-        (rec,) = engine.answer_batch(qs, top_k=5)
-        assert rec.status != "answered"
-        json.dumps(rec.to_row(), allow_nan=False)
-    finally:
-        engine.close()
-
-
-# --- item 21: environment overrides -------------------------------------------------------------
+# --- environment overrides ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("var, value, key", [
     ("RAGBEAM__CHUNK__OVERLAP_TOKENS", "300", "chunk.overlap_tokens"),
@@ -174,7 +135,7 @@ def test_6_the_engine_turns_a_nan_evidence_and_a_nan_ranking_into_not_found(mini
     ("RAGBEAM__CHUNK__CHUNK_TOKENS", "254", "chunk.chunk_tokens"),
     ("RAGBEAM__ACL", '[{"prefix": "a/", "groups": []}]', "acl.0.groups"),
 ])
-def test_21_an_error_about_an_overridden_value_names_the_variable(var, value, key):
+def test_an_error_about_an_overridden_value_names_the_variable(var, value, key):
     env = {var: value}
     if var == "RAGBEAM__CHUNK__CHUNK_TOKENS":
         env["RAGBEAM__CHUNK__CONTEXT_TOKENS"] = "128"
@@ -185,7 +146,7 @@ def test_21_an_error_about_an_overridden_value_names_the_variable(var, value, ke
     assert any(line.startswith(f"environment variable {v}: ") for line in msg.splitlines() for v in env), msg
 
 
-def test_21_an_error_in_the_file_still_names_the_file(tmp_path):
+def test_an_error_in_the_file_still_names_the_file(tmp_path):
     p = write(tmp_path, "chunk: {overlap_tokens: 300}")
     with pytest.raises(ConfigError) as e:
         load_config(p, environ={"RAGBEAM__LLM__MODEL": "m"})
@@ -195,7 +156,7 @@ def test_21_an_error_in_the_file_still_names_the_file(tmp_path):
 @pytest.mark.parametrize("name", ["RAGBEAM__", "RAGBEAM____", "RAGBEAM__LLM__", "RAGBEAM__LLM____MODEL",
                                   "RAGBEAM____LLM__MODEL", "RAGBEAM__LLM__MODEL_", "RAGBEAM__LLM___MODEL",
                                   "RAGBEAM__LLM__MO-DEL", "RAGBEAM__LLM__MO DEL", "RAGBEAM__1LLM__MODEL"])
-def test_21_a_malformed_ragbeam_variable_is_refused_naming_it(name):
+def test_a_malformed_ragbeam_variable_is_refused_naming_it(name):
     with pytest.raises(ConfigError) as e:
         load_config(environ={name: "x"})
     assert str(e.value).startswith(f"environment variable {name}: not a config override"), str(e.value)
@@ -208,7 +169,7 @@ _bad_part = st.one_of(st.just(""), _part.map(lambda p: p + "_"), _part.map(lambd
 
 @settings(max_examples=150, deadline=None)
 @given(parts=st.lists(_part, min_size=0, max_size=3), bad=_bad_part, at=st.integers(0, 3))
-def test_21_property_any_malformed_name_is_refused_never_ignored(parts, bad, at):
+def test_property_any_malformed_name_is_refused_never_ignored(parts, bad, at):
     parts = list(parts)
     parts.insert(min(at, len(parts)), bad)
     name = "RAGBEAM__" + "__".join(parts)
@@ -217,13 +178,13 @@ def test_21_property_any_malformed_name_is_refused_never_ignored(parts, bad, at)
     assert f"environment variable {name}" in str(e.value)
 
 
-def test_21_well_formed_overrides_still_apply_and_other_variables_are_ignored():
+def test_well_formed_overrides_still_apply_and_other_variables_are_ignored():
     cfg = load_config(environ={"RAGBEAM__LLM__MODEL": "m", "RAGBEAM__retrieve__BM25_K1": "1.5",
                                "RAGBEAM_INDEX_LOCK_LEASE_S": "30", "RAGBEAMX": "y"})
     assert cfg.llm.model == "m" and cfg.retrieve.bm25_k1 == 1.5
 
 
-def test_21_the_cli_prints_the_variable(tmp_path, capsys, monkeypatch):
+def test_the_cli_prints_the_variable(tmp_path, capsys, monkeypatch):
     from pipelines.cli import main
     monkeypatch.setenv("RAGBEAM__RETRIEVE__BM25_K1", "nan")
     assert main(["answer", "--index", str(tmp_path), "--questions", str(tmp_path / "q.jsonl"),
@@ -236,3 +197,15 @@ def test_21_the_cli_prints_the_variable(tmp_path, capsys, monkeypatch):
     assert main(["answer", "--index", str(tmp_path), "--questions", str(tmp_path / "q.jsonl"),
                  "--output", str(tmp_path / "a.jsonl")]) == 2
     assert "environment variable RAGBEAM__: not a config override" in capsys.readouterr().err
+
+
+def test_environment_overrides_are_strings_unless_the_type_says_otherwise(tmp_path):
+    p = write(tmp_path, "")
+    cfg = load_config(p, environ={"RAGBEAM__ANSWER__API_KEY": "abc #def", "RAGBEAM__S3__REGION": "null",
+                                  "RAGBEAM__S3__SECRET_ACCESS_KEY": "80412345678",
+                                  "RAGBEAM__CHUNK__OVERLAP_TOKENS": "10",
+                                  "RAGBEAM__SOURCE__FULL_HASH": "true",
+                                  "RAGBEAM__ACL": '[{"prefix": "a/", "groups": ["g"]}]'})
+    assert cfg.answer.api_key == "abc #def" and cfg.s3.region == "null"
+    assert cfg.s3.secret_access_key == "80412345678"
+    assert cfg.chunk.overlap_tokens == 10 and cfg.source.full_hash is True and cfg.acl[0].groups == ["g"]

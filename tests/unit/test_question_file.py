@@ -6,10 +6,9 @@ import json
 
 import pytest
 
-import transforms.common.storage as storage
-import transforms.query.questions.read as questions_mod
 from transforms.query.questions.file import QuestionFile, QuestionFileError, inspect_question_file
 from transforms.query.questions.pieces import plan_pieces
+from tests.conftest import HOSTILE
 
 
 def _write(path, n=3):
@@ -51,31 +50,6 @@ def test_whole_file_problems_are_refused_once(tmp_path, make, problem):
         inspect_question_file(str(path))
 
 
-def test_an_answer_run_sniffs_and_stats_the_question_file_once(mini_index, test_config, tmp_path, monkeypatch):
-    from pipelines.answer import run_answer
-    qpath = _write(tmp_path / "q.jsonl")
-    calls = {"stat": 0, "sniff": 0}
-    real_stat, real_detect = storage.stat, questions_mod.detect_format
-
-    def counting_stat(uri, *a, **kw):
-        if str(uri) == qpath:
-            calls["stat"] += 1
-        return real_stat(uri, *a, **kw)
-
-    def counting_detect(uri):
-        if str(uri) == qpath:
-            calls["sniff"] += 1
-        return real_detect(uri)
-
-    monkeypatch.setattr(storage, "stat", counting_stat)
-    monkeypatch.setattr("transforms.query.questions.file.detect_format", counting_detect)
-    monkeypatch.setattr(questions_mod, "detect_format", counting_detect)
-    s = run_answer(test_config, str(mini_index[0]), qpath, str(tmp_path / "a.jsonl"), progress=False,
-                   log=lambda *_: None)
-    assert s["questions_written"] == 3
-    assert calls == {"stat": 1, "sniff": 1}
-
-
 def test_the_resume_fingerprint_holds_the_profiles_fit(tmp_path):
     # a shard answered under one profile's fusion and evidence fit is never reused under another's
     from configs.schema import load_config
@@ -101,3 +75,24 @@ def test_the_resume_fingerprint_holds_the_profiles_fit(tmp_path):
         assert run_fingerprint(load_config(str(model), environ={}), "/idx/versions/v1", q) != before
     finally:
         m.digest = digest
+
+
+@pytest.mark.parametrize("name, message", [
+    ("missing.jsonl", "question file not found"),
+    ("empty.jsonl", "question file is empty"),
+    ("not_parquet.parquet", "not a readable Parquet file"),
+    ("questions.txt", "cannot tell the question file format"),
+])
+def test_whole_file_problems_get_a_short_error_before_any_pipeline(tmp_path, capsys, name, message):
+    from pipelines.cli import main
+    src = HOSTILE / name
+    q = tmp_path / name
+    if src.exists():
+        q.write_bytes(src.read_bytes())
+    elif name.endswith(".txt"):
+        q.write_text("id,question\n")
+    out = tmp_path / "answers.jsonl"
+    rc = main(["answer", "--index", str(tmp_path / "no-index"), "--questions", str(q), "--output", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err and len(err.splitlines()) <= 2
+    assert not (tmp_path / "answers.jsonl.parts").exists()
