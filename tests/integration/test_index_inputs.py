@@ -1,6 +1,7 @@
 """What the index job meets in its input, end to end: hidden names on S3, a PDF bomb refused in
 bounded memory (in a process of its own, to measure its peak), hostile names and links, and
-deep HTML, hidden names and a bomb through the index job."""
+deep HTML, hidden names and a bomb through the index job; and a JSONL file parsed as a stream, a
+memory measurement too slow for the unit tier."""
 from __future__ import annotations
 
 import os
@@ -11,7 +12,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from tests.unit.test_index_inputs import HIDDEN, HIDDEN_FILES, flate_pdf, make_tree, nested_divs, unclosed_rows
+from tests.unit.test_index_inputs import (HIDDEN, HIDDEN_FILES, _jsonl_unique, _peak, flate_pdf, make_tree, nested_divs,
+                                          unclosed_rows)
+from transforms.ingest.parse import ParseFn
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,3 +94,17 @@ def test_hostile_names_and_links_never_sink_the_index_job(hostile_corpus, test_c
     assert s["skipped_at_listing"] == {"symlink_outside_root": 2, "dangling_link": 1, "not_a_regular_file": 1}
     chunks = pq.read_table(os.path.join(version, "chunks")).to_pylist()
     assert not any("root:x:0:0" in c["text"] for c in chunks)  # /etc/passwd-like target not indexed
+
+
+# --- a memory measurement (tracemalloc over 40,000 records): a JSONL file is parsed as a stream ---
+
+def test_a_jsonl_file_of_many_records_is_emitted_as_it_is_parsed_not_held_whole():
+    unique = _jsonl_unique(40_000)
+    fn = ParseFn()
+
+    def stream():
+        for _ in fn.process(unique):
+            pass
+    peak = _peak(stream)
+    held = _peak(lambda: fn.apply(unique, __import__("transforms.common.stage", fromlist=["Outputs"]).Outputs()))
+    assert peak * 4 < held, (peak, held)  # the old stage held every Document until the file ended

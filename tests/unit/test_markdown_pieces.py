@@ -2,7 +2,6 @@
 the same document as one parse for ordinary files, the same text for long ones, bounded memory."""
 from __future__ import annotations
 
-import tracemalloc
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -102,18 +101,3 @@ def test_any_markdown_in_pieces_keeps_every_character_and_word(lines, size):
     finally:
         md.PIECE_CHARS = saved
     assert words_of(whole) <= words_of(pieced)
-
-
-def test_memory_for_a_file_of_tiny_paragraphs_stays_a_small_multiple_of_its_size(monkeypatch):
-    # markdown-it's tokens for one-word paragraphs take ~175x the text: a whole parse of this file
-    # peaks near 175 x 0.55 MB (96 MB); in 64 KiB pieces, one piece's tokens and the sections (~40x)
-    monkeypatch.setattr(md, "PIECE_CHARS", 64 << 10)
-    body = "".join(f"p{i}\n\n" for i in range(70_000))  # 0.6 MB
-    tracemalloc.start()
-    try:
-        doc = md.parse_markdown(raw(body))[0]
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert "p69999" in text_of(doc) and "p0" in text_of(doc)
-    assert peak < 60 * len(body), (peak, len(body))
