@@ -28,6 +28,7 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator, Optional
 
 import numpy as np
@@ -143,7 +144,7 @@ class Templates:
         lits, slots, cases, pos = [], [], [], 0
         for m in _COMPOUND.finditer(s):
             w = m.group()
-            sid = self.slot_of.get(w.lower()) if w.isascii() and w.isalpha() else None
+            sid = self.slot_of.get(w.lower()) if len(w) > 2 and w.isascii() and w.isalpha() else None
             if sid is None:
                 continue
             lits.append(s[pos:m.start()])
@@ -179,9 +180,13 @@ class SynthDoc:
 class Generator:
     """Synthetic documents of one version: `documents(n_chunks)` yields them in order."""
 
-    def __init__(self, pool: Pool, seed: int = 0, sigma: float = SIGMA, swap: float = SWAP, log=_log):
+    def __init__(self, pool: Pool, seed: int = 0, sigma: float = SIGMA, swap: float = SWAP,
+                 questions: Optional[int] = None, log=_log):
+        """questions: how many of the pool's questions (in order) get their gold documents planted
+        (default all); gold documents are never re-sampled, whatever this is."""
         t0 = time.perf_counter()
         self.pool, self.seed, self.sigma, self.swap = pool, int(seed), float(sigma), float(swap)
+        self.questions = pool.questions[:questions] if questions is not None else pool.questions
         self.src = _Source(pool.rows)
         lex = pool.lexicon
         self.vocab = VocabularyModel(lex.column("term").to_pylist(), lex.column("count").to_pylist(),
@@ -192,7 +197,7 @@ class Generator:
         self.fit_rms = self.vocab.calibrate(st["K"], st["beta"], self.v_fixed, self.draws_per_token,
                                             20_000 * self.tokens_per_chunk, 3_000_000 * self.tokens_per_chunk)
         # the gold documents, in the order the questions name them
-        gold_refs = list(dict.fromkeys(r for q in pool.questions for r in q["gold"]))
+        gold_refs = list(dict.fromkeys(r for q in self.questions for r in q["gold"]))
         doc_of_ref = {}
         for k, d in enumerate(self.t.docs):
             for r in pool.refs[d[0]]:
@@ -358,8 +363,8 @@ def _doc_rows(gen: Generator, docs: list[SynthDoc]) -> tuple[pa.Table, pa.Table]
 
 
 def write_realistic_version(pool: Pool, version_dir: str, n_chunks: int, seed: int = 0,
-                            rows_per_file: int = 50_000, *, sigma: float = SIGMA, log=None,
-                            generator: Optional[Generator] = None) -> dict:
+                            rows_per_file: int = 50_000, *, sigma: float = SIGMA, questions: Optional[int] = None,
+                            log=None, generator: Optional[Generator] = None) -> dict:
     """Write a version of n_chunks re-sampled rows at version_dir (chunks/ in
     ceil(n_chunks / rows_per_file) files, documents/ one file per chunks file holding the documents
     that start in it, sources/, an empty dead_letters/ shard, summary.json, manifest.json last).
@@ -369,7 +374,7 @@ def write_realistic_version(pool: Pool, version_dir: str, n_chunks: int, seed: i
         raise ValueError("n_chunks and rows_per_file must be >= 1")
     t0 = time.perf_counter()
     _check_empty(version_dir)
-    gen = generator or Generator(pool, seed, sigma, log=log or (lambda *_: None))
+    gen = generator or Generator(pool, seed, sigma, questions=questions, log=log or (lambda *_: None))
     n_files = math.ceil(n_chunks / rows_per_file)
     os.makedirs(version_dir, exist_ok=True)
     planted: dict[str, tuple[str, list[str]]] = {}  # gold ref -> (doc id, chunk ids)
@@ -420,7 +425,7 @@ def write_realistic_version(pool: Pool, version_dir: str, n_chunks: int, seed: i
         sources_w.close()
     _write_file(os.path.join(version_dir, DEAD_LETTERS_DIR, _part(0, 1)), DEAD_LETTER_SCHEMA.empty_table())
     gold = {}
-    for q in pool.questions:
+    for q in gen.questions:
         if all(r in planted for r in q["gold"]):
             gold[q["id"]] = {"doc_ids": sorted({planted[r][0] for r in q["gold"]}),
                              "chunk_ids": sorted(c for r in q["gold"] for c in planted[r][1])}
@@ -428,7 +433,7 @@ def write_realistic_version(pool: Pool, version_dir: str, n_chunks: int, seed: i
     info = {"generator": GENERATOR, "pool": pool.name, "pool_digest": pool_digest(pool), "seed": gen.seed,
             "sigma": gen.sigma, "swap": gen.swap, "zipf_s": round(gen.vocab.s, 4), "head_terms": gen.vocab.R,
             "heaps_K": pool.stats["K"], "heaps_beta": pool.stats["beta"], "rows_per_file": rows_per_file,
-            "gold_documents": len(planted)}
+            "questions": len(gen.questions), "gold_documents": len(planted)}
     counts = {"documents": n_docs, "chunks": n_chunks, "dead_lettered": 0, "duplicates": 0, "near_duplicates": 0}
     vdir = gen.src.version_dir
     summary = _summary(vdir, name, counts, {
@@ -443,6 +448,22 @@ def write_realistic_version(pool: Pool, version_dir: str, n_chunks: int, seed: i
 def questions_for(pool: Pool, gold: dict, n: int) -> list[dict]:
     """The first n of the pool's questions that have a gold map entry, as the answer job reads them."""
     return [{"id": q["id"], "question": q["question"]} for q in pool.questions if q["id"] in gold][:n]
+
+
+def recall_at(answers_path: str, gold: dict, k: int = 10) -> tuple[float, int]:
+    """(share of the answered questions with a gold document among their top k retrieved
+    documents, questions counted), from an answer job's JSONL output."""
+    hit = n = 0
+    with open(answers_path, encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            g = gold.get(r.get("id"))
+            if g is None:
+                continue
+            n += 1
+            top = {d["doc_id"] for d in (r.get("retrieved_docs") or [])[:k]}
+            hit += bool(top & set(g["doc_ids"]))
+    return (hit / n if n else float("nan")), n
 
 
 def expected_terms(gen: Generator, n_chunks: int) -> dict:
@@ -483,11 +504,13 @@ def main(argv=None) -> int:
     ap.add_argument("--sigma", type=float, default=SIGMA)
     ap.add_argument("--rows-per-file", type=int, default=50_000)
     ap.add_argument("--gold", help="where the gold map goes (default: <out>.gold.json)")
-    ap.add_argument("--pool", choices=["shared", "sample"], help="default: shared when ../shared/data is there")
+    ap.add_argument("--pool", choices=["shared", "sample"], help="default: shared when the dev corpora are there")
+    ap.add_argument("--data", help="the dev corpora (default ../shared/data)")
+    ap.add_argument("--questions", type=int, help="plant the gold documents of the pool's first N questions (default all)")
     ap.add_argument("--overwrite", action="store_true", help="remove --out first")
     ap.add_argument("--measure-noise", type=int, metavar="N", help="embed N synthetic chunks instead")
     a = ap.parse_args(argv)
-    pool = build_pool(name=a.pool)
+    pool = build_pool(a.data and Path(a.data), name=a.pool)
     if a.measure_noise:
         print(json.dumps(measure_noise(pool, a.measure_noise, a.seed)))
         return 0
@@ -495,7 +518,8 @@ def main(argv=None) -> int:
         ap.error("give --out and --chunks (or --measure-noise N)")
     if a.overwrite and os.path.isdir(a.out):
         shutil.rmtree(a.out)
-    r = write_realistic_version(pool, a.out, a.chunks, a.seed, a.rows_per_file, sigma=a.sigma, log=_log)
+    r = write_realistic_version(pool, a.out, a.chunks, a.seed, a.rows_per_file, sigma=a.sigma,
+                                questions=a.questions, log=_log)
     gold_path = a.gold or os.path.normpath(a.out) + ".gold.json"
     with open(gold_path, "w", encoding="utf-8") as f:
         json.dump(r.pop("gold"), f, indent=0)

@@ -310,12 +310,12 @@ def pool_dir(name: str) -> Path:
 
 def build_pool(data_dir: Optional[Path] = None, *, name: Optional[str] = None, config: Optional[str] = None,
                chunks_per_corpus: int = CHUNKS_PER_CORPUS, questions_per_corpus: int = QUESTIONS_PER_CORPUS,
-               seed: int = 0, log=_log) -> Pool:
-    """The pool of `name` ("shared" or "sample"; default: shared when ../shared/data has every dev
-    corpus), built once and cached under out/scale/pool-<name>/."""
-    from bench.scale_data import make_source_rows
+               seed: int = 0, cache_dir: Optional[Path] = None, log=_log) -> Pool:
+    """The pool of `name` ("shared" or "sample"; default: shared when data_dir (../shared/data)
+    has every dev corpus), built once and cached in cache_dir (default out/scale/pool-<name>/)."""
+    from bench.scale_data import SOURCE_INDEXES, make_source_rows
     name = name or pool_name(data_dir)
-    d = pool_dir(name)
+    d = Path(cache_dir) if cache_dir else pool_dir(name)
     d.mkdir(parents=True, exist_ok=True)
     spec = {"name": name, "chunks_per_corpus": chunks_per_corpus, "questions_per_corpus": questions_per_corpus,
             "seed": seed}
@@ -337,8 +337,9 @@ def build_pool(data_dir: Optional[Path] = None, *, name: Optional[str] = None, c
         stats["spec"] = spec
         with open(stats_path, "w", encoding="utf-8") as f:
             json.dump(stats, f, indent=1)
-    if name == "sample":  # samples/corpus whole: the index make_source_rows caches
-        rows, root = make_source_rows("sample", config=config, log=log), str(SAMPLE_CORPUS)
+    if name == "sample":  # samples/corpus whole: the index make_source_rows makes (out/scale/source-index)
+        index = str(d / "index") if cache_dir else str(SOURCE_INDEXES["sample"])
+        rows, root = make_source_rows("sample", index, config=config, log=log), str(SAMPLE_CORPUS)
     else:
         rows = _index_rows(str(d / "corpus"), str(d / "index"), config, log)
         root = str(d / "corpus")
