@@ -133,9 +133,11 @@ def _child_build(a) -> dict:
     from pipelines.segments import rebuild_segments
     shutil.rmtree(os.path.join(a.index, "segments"), ignore_errors=True)
     got = rebuild_segments(_cfg(a.segment), a.index)
+    from transforms.index.segments import read_meta
     segs = got["segments"]
+    terms = [read_meta(os.path.join(a.index, "segments", s["id"]))["terms"] for s in segs]
     return {"segments": len(segs), "artifact_s": got["artifact_s"], "build_s": got["build_s"],
-            "distinct_terms": round(sum(s["terms"] for s in segs) / max(1, len(segs))),
+            "distinct_terms": round(sum(terms) / max(1, len(terms))),
             "segment_bytes": _segment_bytes(a.index, [s["id"] for s in segs])}
 
 
