@@ -48,7 +48,7 @@ from transforms.records import DEAD_LETTER_SCHEMA, DOCUMENT_SCHEMA, SOURCE_SCHEM
 
 GENERATOR = "resampled-v1"  # bump when the rows a seed gives change
 SWAP = 0.2  # a sentence's chance to be replaced by one drawn from the whole pool
-SIGMA = 0.02  # noise per vector component: cosine 0.93 to the pool vector (measured: --measure-noise)
+SIGMA = 0.044  # noise per component: two re-samplings of a chunk at the cosine the model gives them (--measure-noise)
 ID_LEN = 32
 _COMPOUND = re.compile(r"[^\W_]+(?:[._\-][^\W_]+)*")  # as transforms/index/bm25.py splits compounds
 
@@ -278,7 +278,11 @@ class Generator:
 
     def _resampled(self, d: int, room: int) -> SynthDoc:
         rng = np.random.default_rng([self.seed, d])
-        rows, sents = self._structure(rng, self._parent(rng)[:room])
+        return self.resample(rng, self._parent(rng)[:room], d)
+
+    def resample(self, rng, parent_rows: list[int], d: int) -> SynthDoc:
+        """Document number d re-sampled from the pool rows given (a document's, in order)."""
+        rows, sents = self._structure(rng, parent_rows)
         slots, _ = self._slots(rows, sents)
         words = {int(s): self.vocab.surface(x) for s, x in zip(slots, self.vocab.draw(rng, len(slots)))}
         src, dim = self.src, self.src.dim
@@ -477,23 +481,29 @@ def expected_terms(gen: Generator, n_chunks: int) -> dict:
 # --- how close the noise is to the model's own -----------------------------------------------
 
 def measure_noise(pool: Pool, n: int = 200, seed: int = 0, config: Optional[str] = None) -> dict:
-    """Embed n synthetic chunks' texts with the project's model; their mean cosine to the pool
-    vector they were made from, and the SIGMA that gives that cosine in expectation."""
+    """Two re-samplings of each of n pool documents (first chunk), their texts embedded by the
+    project's model: the mean cosine of a re-sampled text to its pool vector (to_pool), and of the
+    two re-samplings to each other (mutual): how far the model itself moves a re-sampled text. With
+    isotropic noise the two are c and c^2 for c = 1 / sqrt(1 + dim sigma^2); sigma_for_mutual
+    gives the mutual cosine the model gives (the neighbourhoods' density), sigma_for_to_pool the other."""
     from configs.schema import load_config
     from transforms.ingest.embed import Embedder, model_spec_from_config
     gen = Generator(pool, seed, sigma=0.0)
-    chunks = []
-    for doc in gen.documents(10 ** 9):
-        chunks += [c for c in doc.chunks if doc.gold_ref is None]
-        if len(chunks) >= n:
-            break
-    chunks = chunks[:n]
-    emb = Embedder(model_spec_from_config(load_config(config))).encode(
-        [f"{c.context}\n{c.text}" if c.context else c.text for c in chunks])
-    cos = np.sum(_unit(emb) * gen.src.emb[[c.row for c in chunks]], axis=1)
-    m = float(np.mean(cos))
-    return {"chunks": len(chunks), "mean_cosine": round(m, 4), "p10": round(float(np.percentile(cos, 10)), 4),
-            "sigma_for_mean": round(math.sqrt(max(0.0, 1.0 / m ** 2 - 1.0) / gen.src.dim), 4)}
+    rng = np.random.default_rng([seed, 99])
+    picks = rng.choice(len(gen.t.parents), min(n, len(gen.t.parents)), replace=False)
+    a, b = [], []
+    for i, k in enumerate(picks):
+        rows = gen.t.docs[gen.t.parents[k]][:1]
+        a.append(gen.resample(np.random.default_rng([seed, 1, i]), rows, i).chunks[0])
+        b.append(gen.resample(np.random.default_rng([seed, 2, i]), rows, i).chunks[0])
+    model = Embedder(model_spec_from_config(load_config(config)))
+    ea, eb = (_unit(model.encode([f"{c.context}\n{c.text}" if c.context else c.text for c in cs])) for cs in (a, b))
+    to_pool = float(np.mean(np.sum(ea * gen.src.emb[[c.row for c in a]], axis=1)))
+    mutual = float(np.mean(np.sum(ea * eb, axis=1)))
+    sigma = lambda c: round(math.sqrt(max(0.0, 1.0 / c ** 2 - 1.0) / gen.src.dim), 4)  # noqa: E731
+    return {"documents": len(a), "to_pool": round(to_pool, 4), "mutual": round(mutual, 4),
+            "sigma_for_to_pool": sigma(to_pool), "sigma_for_mutual": sigma(math.sqrt(max(mutual, 1e-6))),
+            "swap": gen.swap}
 
 
 def main(argv=None) -> int:
