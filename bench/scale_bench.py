@@ -54,7 +54,8 @@ def _make_index(n: int, pool, questions: int, seed: int = 0) -> tuple[str, dict]
     name = f"v{n}"
     vdir = os.path.join(idx, "versions", name)
     gold_path = os.path.join(WORK, f"gold-{n}.json")
-    want = {"generator": GENERATOR, "pool_digest": pool_digest(pool), "seed": seed, "questions": questions}
+    want = {"generator": GENERATOR, "pool_digest": pool_digest(pool), "seed": seed,
+            "questions": len(pool.questions[:questions])}
     have = _read_json(os.path.join(vdir, "manifest.json")).get("synthetic") or {}
     if any(have.get(k) != v for k, v in want.items()) or not os.path.exists(gold_path):
         shutil.rmtree(idx, ignore_errors=True)

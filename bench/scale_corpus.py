@@ -108,9 +108,7 @@ class Templates:
         tid = {t: i for i, t in enumerate(tail)}
         self.slot_of = {w: tid[st[0]] for w, st in zip(words, stems) if st and st[0] in tid}
         gold = {r for q in pool.questions for r in q["gold"]}
-        self.gold_rows = [i for i, refs in enumerate(pool.refs) if gold & set(refs)]
-        is_gold = np.zeros(rows.num_rows, bool)
-        is_gold[self.gold_rows] = True
+        is_gold = np.array([bool(gold & set(refs)) for refs in pool.refs], bool)  # never re-sampled
         self.chunks: list[_Chunk] = []
         self.sentences: list[Part] = []
         self.sentence_vec: list[int] = []  # row of the sentence's vector in src.sv_flat
@@ -349,17 +347,21 @@ def _chunk_table(gen: Generator, batch: list[tuple[SynthDoc, int, int]], first: 
     return t.cast(src.schema)
 
 
-def _doc_rows(gen: Generator, docs: list[SynthDoc]) -> tuple[pa.Table, pa.Table]:
+def _doc_summary(doc: SynthDoc) -> tuple:
+    """What a document's documents/ and sources/ rows need (not its chunks: memory)."""
+    return (doc.number, doc.chunks[0].row, doc.chunks[0].title, len(doc.chunks),
+            sum(len(c.text.encode("utf-8")) for c in doc.chunks))
+
+
+def _doc_rows(gen: Generator, docs: list[tuple]) -> tuple[pa.Table, pa.Table]:
     seed, src = gen.seed, gen.src
     drows, srows = [], []
-    for doc in docs:
-        r = doc.chunks[0].row
-        key = _doc_key(seed, doc.number)
-        uri, h = "/synthetic/" + key, _sha(f"{seed}:resampled-content:{doc.number}")
-        size = sum(len(c.text.encode("utf-8")) for c in doc.chunks)
-        drows.append({"doc_id": _doc_id(seed, doc.number), "content_hash": h, "source_hash": h, "source_uri": uri,
-                      "source_uris": [uri], "key": key, "format": src.formats[r], "title": doc.chunks[0].title,
-                      "status": "indexed", "chunk_count": len(doc.chunks), "size": size,
+    for number, r, title, n_chunks, size in docs:
+        key = _doc_key(seed, number)
+        uri, h = "/synthetic/" + key, _sha(f"{seed}:resampled-content:{number}")
+        drows.append({"doc_id": _doc_id(seed, number), "content_hash": h, "source_hash": h, "source_uri": uri,
+                      "source_uris": [uri], "key": key, "format": src.formats[r], "title": title,
+                      "status": "indexed", "chunk_count": n_chunks, "size": size,
                       "mtime": SYNTHETIC_MTIME, "acl": src.acls[r] or [], "metadata": src.metadata[r] or "{}"})
         srows.append({"uri": uri, "key": key, "size": size, "mtime": SYNTHETIC_MTIME, "content_hash": h,
                       "status": "live", "tombstoned_at": None})
@@ -384,7 +386,7 @@ def write_realistic_version(pool: Pool, version_dir: str, n_chunks: int, seed: i
     planted: dict[str, tuple[str, list[str]]] = {}  # gold ref -> (doc id, chunk ids)
     n_docs, row, f = 0, 0, 0
     batch: list = []
-    file_docs: list[SynthDoc] = []
+    file_docs: list[tuple] = []  # _doc_summary of the documents starting in the current file
     chunk_w = _writer(os.path.join(version_dir, CHUNKS_DIR, _part(0, n_files)), gen.src.schema)
     sources_w = _writer(os.path.join(version_dir, SOURCES_DIR, "sources.parquet"), SOURCE_SCHEMA)
 
@@ -415,7 +417,7 @@ def write_realistic_version(pool: Pool, version_dir: str, n_chunks: int, seed: i
     try:
         for doc in gen.documents(n_chunks):
             n_docs += 1
-            file_docs.append(doc)  # a document's rows go to the file its first chunk is in
+            file_docs.append(_doc_summary(doc))  # a document's rows go to the file its first chunk is in
             for o in range(len(doc.chunks)):
                 batch.append((doc, o))
                 if row + len(batch) == (f + 1) * rows_per_file:

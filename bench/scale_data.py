@@ -1,4 +1,9 @@
-"""Large synthetic index versions made from real chunk rows, for the scale benchmark.
+"""Synthetic index versions of copied chunk rows, their nightly (changed) versions, peak RSS and CPU.
+
+The scale bench's corpus is bench/scale_corpus.py (text re-sampled with a growing vocabulary);
+this module keeps the copy corpus (bench/studies/ann_vs_exact.py measures on its vectors; its
+distinct terms are the source rows', whatever the size), write_changed_version (the nightly's
+carry step, as the index job does it today) and the measured child processes both use.
 
     python -m bench.scale_data --chunks 100000 --out out/scale/v100k
     python -m bench.scale_data --changed-from out/scale/v100k --fraction 0.01 --out out/scale/v100k-n1
