@@ -29,6 +29,8 @@ import shutil
 import sys
 import time
 
+from bench.jsonfile import write_json
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "out", "scale")
 
@@ -305,8 +307,7 @@ def _commit() -> str:
 
 def _write(out: str, rows: list[dict]) -> None:
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w", encoding="utf-8") as f:
-        json.dump(rows, f, indent=1)
+    write_json(out, rows, depth=1)
     cols = ["chunks", "segments", "distinct_terms", "build_cpu_s", "build_peak_rss_mb", "artifact_s",
             "search_cpu_ms_per_question", "answer_peak_rss_mb", "answer_qps", "recall_at_10", "nightly_cpu_vs_full",
             "nightly_bytes_vs_full", "nightly_vs_full"] + (["skipped"] if any("skipped" in r for r in rows) else [])

@@ -39,7 +39,7 @@ from bench.scale_data import (ROW_GROUP_ROWS, SYNTHETIC_MTIME, _check_empty, _fi
                               _write_outputs, _writer, dir_bytes)
 from bench.scale_pool import Pool, build_pool, pool_digest
 from bench.scale_vocab import VocabularyModel
-from transforms.common.text import STOPWORDS
+from transforms.common.words import BM25_STOPWORDS
 from transforms.index.bm25 import bm25_tokens
 from transforms.index.incremental import SOURCES_DIR
 from transforms.index.shards import CHUNKS_DIR, DEAD_LETTERS_DIR, DOCUMENTS_DIR
@@ -101,7 +101,7 @@ class Templates:
         ends = rows.column("sentence_ends").to_pylist()
         words = {m.group().lower() for s in texts + ctxs + titles + [h for hs in heads for h in hs or []] if s
                  for m in _COMPOUND.finditer(s) if m.group().isascii() and m.group().isalpha()}
-        words = sorted(w for w in words if w not in STOPWORDS)
+        words = sorted(w for w in words if w not in BM25_STOPWORDS)
         stems = analyzer().analyze(words)
         tail = sorted({st[0] for st in stems if st and st[0] not in vocab.head})
         self.tail_terms = tail

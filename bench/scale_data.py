@@ -17,7 +17,7 @@ i % len(source), with a fresh chunk id (sha256 of "seed:i", 32 hex digits), a sy
 and its vectors (the chunk's and its sentences', re-quantised to int8) moved by Gaussian noise
 and re-normalised; every other column is the source row's. No model runs. Output is a version directory (manifest.json, summary.json,
 chunks/, documents/, sources/, dead_letters/) that `resolve_index` accepts as --index, e.g.
-`ragbeam build-artifacts --index DIR`; there is no index.duckdb until that is run.
+`ragbeam build-artifacts --index DIR`; it has no segments until that is run.
 
 Deterministic: the same source rows and arguments give the same bytes of every row (noise is
 drawn per aligned block of NOISE_BLOCK rows, so rows_per_file does not change the rows).
@@ -342,7 +342,7 @@ def _manifest(source_vdir: Optional[str], src: Optional[_Source], name: str, cou
     if not m.get("model") and src is not None:  # hand-made rows: the model their rows name
         row = src.table.slice(0, 1).to_pylist()[0]
         m["model"] = {"id": row["model_id"], "sha256": row["model_sha256"]}
-    m.update(version=name, counts=counts, artifact={}, synthetic=info)  # no index.duckdb yet
+    m.update(version=name, counts=counts, artifact={}, synthetic=info)  # no segments yet
     return m
 
 

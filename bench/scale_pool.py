@@ -107,7 +107,7 @@ def real_documents(name: str, data_dir: Optional[Path] = None) -> list[RealDoc]:
 # --- Heaps' law and the term ranking ---------------------------------------------------------
 
 def analyzer():
-    from transforms.index.artifacts import connect
+    from transforms.common.duck import connect
     from transforms.index.bm25 import Analyzer
     from transforms.index.segments import BM25_STEMMER
     return Analyzer(connect(":memory:"), BM25_STEMMER)

@@ -43,7 +43,7 @@ key named ([configuration.md](configuration.md)).
   `${{VAR:-default}}`; a `${{VAR}}` that is not set is a config error.
 - **Overriding one key.** `RAGBEAM__SECTION__KEY=value` overrides one key, nested sections
   joined by `__` too: `RAGBEAM__S3__ENDPOINT_URL=http://127.0.0.1:8333`,
-  `RAGBEAM__ARTIFACTS__HNSW__EF_SEARCH=128`. The value is a string, taken as written, that the
+  `RAGBEAM__RETRIEVE__DENSE_TOP_N=100`. The value is a string, taken as written, that the
   schema converts where the key's type is a number or a boolean; for a list, a mapping or a
   section it is parsed as YAML/JSON (`RAGBEAM__ACL='[{{prefix: hr/, groups: [hr]}}]'`).
 - **Secrets** (marked *secret*) have no default beyond null: give them through `${{VAR}}` or an
@@ -54,7 +54,7 @@ key named ([configuration.md](configuration.md)).
 
 
 def _type_name(ann: Any) -> str:
-    """A key's type as a reader writes it: `integer`, `auto | exact | hnsw`, `string or null`."""
+    """A key's type as a reader writes it: `integer`, `auto | exact`, `string or null`."""
     origin, args = typing.get_origin(ann), typing.get_args(ann)
     if origin is typing.Annotated:
         return _type_name(args[0])

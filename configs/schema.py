@@ -174,21 +174,19 @@ class EmbedConfig(_Strict):
     intra_op_threads: int = Field(0, ge=0, le=256, description="onnxruntime threads; 0: onnxruntime decides")
 
 
-class HnswConfig(_Strict):
-    """The HNSW index (DuckDB vss)."""
-    m: int = Field(16, ge=2, le=128, description="links per node")
-    ef_construction: int = Field(128, ge=8, le=2048, description="candidate list size while building")
-    ef_search: int = Field(64, ge=8, le=2048, description="candidate list size while searching")
-
-
 class ArtifactConfig(_Strict):
-    """The DuckDB artifact (chunks + HNSW + BM25) built for each version."""
-    build: bool = Field(True, description="build index.duckdb after the pipeline")
-    hnsw: HnswConfig = HnswConfig()
-    recall_sample: int = Field(200, ge=0, le=100000, description="probes for the HNSW recall@10 check stored with "
-                               "the artifact")
-    recall_questions: Optional[str] = Field(None, description="a question file (JSONL/CSV/Parquet) to probe HNSW "
-                                            "recall with; unset: the first sentence of recall_sample chunks")
+    """The segments built for each version (docs/index-layout.md)."""
+    build: bool = Field(True, description="build the version's segments after the pipeline (without them "
+                        "the version cannot be answered from until `ragbeam build-artifacts` builds them)")
+
+
+# Keys that configs written for an older ragbeam may still hold: refused like any unknown key,
+# with what became of them.
+REMOVED_KEYS = {
+    "artifacts.hnsw": "removed with the DuckDB HNSW index: segments are searched exactly; delete it",
+    "artifacts.recall_sample": "removed with the DuckDB HNSW index (no recall to measure); delete it",
+    "artifacts.recall_questions": "removed with the DuckDB HNSW index (no recall to measure); delete it",
+}
 
 
 class IndexConfig(_Strict):
@@ -209,8 +207,8 @@ class RetrieveConfig(_Strict):
     """First-stage retrieval: dense and BM25 lists and their fusion."""
     dense_top_n: int = Field(50, ge=1, le=1000, description="dense candidates per question")
     bm25_top_n: int = Field(50, ge=1, le=1000, description="BM25 candidates per question")
-    mode: Literal["auto", "exact", "hnsw"] = Field("auto", description="dense search: every segment is "
-                                                   "searched exactly (auto = exact); hnsw is refused")
+    mode: Literal["auto", "exact"] = Field("auto", description="dense search: every segment is searched "
+                                           "exactly (auto = exact)")
     rrf_k: int = Field(60, ge=1, description="rrf: the rank constant")
     dense_weight: float = Field(1.0, ge=0, description="rrf: weight of the dense list")
     bm25_weight: float = Field(1.0, ge=0, description="rrf: weight of the BM25 list")
@@ -232,8 +230,8 @@ class RetrieveConfig(_Strict):
                           "floor: the cosine above the question's last dense hit, stretched to 0..1, and BM25 as "
                           "bound; minmax, zscore, max: per-query normalisation; unset: the embedding profile's "
                           "(minilm: bound)")
-    bm25_k1: Optional[float] = Field(None, gt=0, description="BM25 k1; unset: the artifact's (1.2)")
-    bm25_b: Optional[float] = Field(None, ge=0, le=1, description="BM25 b; unset: the artifact's (0.75)")
+    bm25_k1: Optional[float] = Field(None, gt=0, description="BM25 k1; unset: 1.2")
+    bm25_b: Optional[float] = Field(None, ge=0, le=1, description="BM25 b; unset: 0.75")
 
 
 class RerankConfig(_Strict):
@@ -602,8 +600,11 @@ def _format_error(source: str, err: ValidationError, origins: Optional[dict] = N
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
         if e["type"] == "extra_forbidden":
-            near = _nearest_key(tuple(e["loc"]))
-            msg = "unknown key" + (f"; did you mean {near!r}?" if near else "")
+            if key in REMOVED_KEYS:
+                msg = f"unknown key ({REMOVED_KEYS[key]})"
+            else:
+                near = _nearest_key(tuple(e["loc"]))
+                msg = "unknown key" + (f"; did you mean {near!r}?" if near else "")
         else:
             msg = e["msg"]
             if "input" in e and e["type"] != "missing":
@@ -718,17 +719,6 @@ def cross_field_errors(cfg: "Config") -> list[str]:
     if c.overlap_tokens >= c.chunk_tokens:
         errors.append(f"chunk.overlap_tokens: {c.overlap_tokens} must be smaller than chunk.chunk_tokens "
                       f"{c.chunk_tokens}")
-    if cfg.retrieve.mode == "hnsw":
-        errors.append("retrieve.mode: hnsw is not served: segments are searched exactly (one matrix product per "
-                      "segment beat HNSW 4x at 250k chunks here, bench/results/ann_vs_exact.md); expected auto or exact")
-    rq = cfg.artifacts.recall_questions
-    if rq and "://" not in rq and not os.path.isfile(rq):
-        errors.append(f"artifacts.recall_questions: file not found: {rq}")
-    elif rq:
-        lower = rq.lower()
-        if not lower.endswith((".jsonl", ".ndjson", ".json", ".csv", ".parquet", ".pq")):
-            errors.append(f"artifacts.recall_questions: cannot tell the format of {rq} "
-                          "(expected .jsonl, .csv or .parquet)")
     if cfg.gate is not None and "://" not in cfg.gate.dataset and not os.path.isdir(cfg.gate.dataset):
         errors.append(f"gate.dataset: directory not found: {cfg.gate.dataset}")
     if cfg.rerank.kind == "cross_encoder" and not cfg.rerank.model_dir:

@@ -28,11 +28,12 @@ from transforms.index.segment_plan import MergePolicy, plan_segments
 from transforms.index.segment_stats import write_version_stats
 from transforms.index.segment_store import SegmentMismatch, segment_files, segment_uri
 from transforms.index.segment_build import BuildSegmentFn
-from transforms.index.segments import IDS_FILE, META_FILE, SEGMENTS_DIR, Segment, SegmentCorrupt, SegmentFormatError
+from transforms.index.segments import (IDS_FILE, META_FILE, SEGMENTS_DIR, Segment, SegmentCorrupt, SegmentFormatError,
+                                       analysis_fingerprint)
 from transforms.index.shards import CHUNKS_DIR, shard_files
 
 PLAN_DIR = "_segments_plan"
-REBUILD_DIR = "_segments_rebuild"  # the carried rows of corrupt live segments, built again as fresh rows
+REBUILD_DIR = "_segments_rebuild"  # the carried rows of corrupt or stale live segments, built again as fresh rows
 # what the driver reads of a segment: ids to plan, vocabulary and lengths for the statistics, and
 # the postings of a segment with tombstones (their df); never vectors, sentences or text
 PLAN_FILES = (IDS_FILE,)
@@ -69,13 +70,19 @@ def segment_version(index_dir: str, work_dir: str, out_dir: str, cfg, spec, live
     carried = [f for f in files if os.path.basename(f) == CARRIED_FILE]
     fresh = [f for f in files if os.path.basename(f) != CARRIED_FILE]
     live_list = (live_manifest or {}).get("segments") or []
-    live_segments, corrupt = [], []
+    live_segments, corrupt, stale = [], [], []
+    analysis = analysis_fingerprint()
     for s in live_list:
         try:
             seg = _driver_segment(index_dir, s["id"], PLAN_FILES, s.get("meta_sha256"))
         except (SegmentCorrupt, SegmentFormatError, SegmentMismatch) as e:
             log(f"ragbeam index: {str(e).split('; run `ragbeam')[0]}: building its rows again")
             corrupt.append(s["id"])
+            continue
+        if seg.meta.get("analysis") != analysis:  # terms or words of another analysis (or unrecorded): not reusable
+            log(f"ragbeam index: segment {seg.id} was analysed by another tokenizer, stemmer or stopword list: "
+                "building its rows again")
+            stale.append(seg.id)
             continue
         live_segments.append((seg.id, seg.chunk_ids(), np.zeros(0, np.int64)))
 
@@ -92,8 +99,8 @@ def segment_version(index_dir: str, work_dir: str, out_dir: str, cfg, spec, live
             else:
                 import shutil
                 shutil.rmtree(os.path.join(index_dir, SEGMENTS_DIR, sid), ignore_errors=True)
-        if live_segments:  # the carried rows no healthy segment holds are built again as fresh rows
-            rebuild_files = _orphan_rows(carried, carried_ids, live_segments, work_dir, out_dir, remote)
+    if (corrupt or stale) and live_segments:  # rows no reusable segment holds: built again as fresh rows
+        rebuild_files = _orphan_rows(carried, carried_ids, live_segments, work_dir, out_dir, remote)
     fresh_files = [worker_uri(f) for f in fresh] + rebuild_files
     fresh_ids = pa.concat_arrays([_ids(fresh), _ids([os.path.join(work_dir, REBUILD_DIR, os.path.basename(f))
                                                      for f in rebuild_files])]) if live_segments else _ids(files)
@@ -145,7 +152,7 @@ def segment_version(index_dir: str, work_dir: str, out_dir: str, cfg, spec, live
 
 def _orphan_rows(carried: list[str], carried_ids: pa.Array, healthy, work_dir: str, out_dir: str,
                  remote: bool) -> list[str]:
-    """Carried rows that no healthy live segment holds (they were in a corrupt one), copied out of
+    """Carried rows that no healthy live segment holds (they were in a corrupt or stale one), copied out of
     the carried shard a batch at a time into one Parquet file the workers build from."""
     import pyarrow.compute as pc
     held = pa.concat_arrays([ids for _, ids, _ in healthy]) if healthy else pa.array([], pa.string())

@@ -53,18 +53,18 @@ class LiveIndex:
     near_rows: list[dict] = field(default_factory=list)
 
 
-def mirror_version(version_uri: str, local_root: str, with_artifact: bool = False) -> str:
-    """A local copy of a version on object storage (its tables and manifest; the DuckDB artifact
-    only when asked): the driver plans and carries rows over from it as from a local version."""
+def mirror_version(version_uri: str, local_root: str) -> str:
+    """A local copy of a version on object storage (its tables and manifest): the driver plans
+    and carries rows over from it as from a local version."""
     name = version_uri.rstrip("/").rsplit("/", 1)[-1]
     local = os.path.join(local_root, name)
     only = ("manifest.json", SOURCES_DIR + "/", DOCUMENTS_DIR + "/", DEAD_LETTERS_DIR + "/", CHUNKS_DIR + "/",
             NEAR_DUPLICATES_DIR + "/", SIGNATURES_DIR + "/")
-    storage.download_tree(version_uri, local, only=only + (("index.duckdb",) if with_artifact else ()))
+    storage.download_tree(version_uri, local, only=only)
     return local
 
 
-def load_live(index_dir: str, scratch: Optional[str] = None, with_artifact: bool = False) -> Optional[LiveIndex]:
+def load_live(index_dir: str, scratch: Optional[str] = None) -> Optional[LiveIndex]:
     """The live version; on object storage it is mirrored under `scratch` first (a temp dir if unset)."""
     name = publish.current_version(index_dir)
     if name is None:
@@ -72,8 +72,7 @@ def load_live(index_dir: str, scratch: Optional[str] = None, with_artifact: bool
     vdir = publish.version_dir(index_dir, name)
     if is_s3(index_dir):
         import tempfile
-        vdir = mirror_version(vdir, os.path.join(scratch or tempfile.mkdtemp(prefix="ragbeam-"), "live"),
-                              with_artifact)
+        vdir = mirror_version(vdir, os.path.join(scratch or tempfile.mkdtemp(prefix="ragbeam-"), "live"))
     manifest = publish.read_manifest(vdir)  # a cut one: one line naming it, not a traceback
     if not shard_files(vdir, SOURCES_DIR):
         return None  # a version without a sources table cannot be compared against

@@ -62,7 +62,7 @@ class AnswerSide:
     def __init__(self, version_dir: str, cfg, spec: ModelSpec, embedder: Optional[Embedder] = None,
                  manifest: Optional[dict] = None):
         from transforms.common import storage
-        from transforms.index.artifacts import connect
+        from transforms.common.duck import connect
         from transforms.index.bm25 import Analyzer
         from transforms.index.segments import BM25_STEMMER
         from transforms.query.answer import GeneratorAnswerer
@@ -127,7 +127,7 @@ class AnswerSide:
 
     def analyze(self, texts: list[str]) -> tuple[list[list[str]], list[set]]:
         """Per question: its distinct analysed BM25 terms (sorted) and its content words."""
-        from transforms.query.extract import content_words
+        from transforms.common.words import content_words
         terms = [sorted(set(t)) for t in self.analyzer.analyze(texts)]
         return terms, [content_words(t) for t in texts]
 
