@@ -3,19 +3,15 @@
     python -m bench.scale_corpus --chunks 20000 --out out/scale/r20k [--seed 0] [--gold PATH]
     python -m bench.scale_corpus --measure-noise 200     # real embeddings of synthetic text vs SIGMA
 
-A synthetic document re-samples one document of the pool (bench/scale_pool.py: real chunk rows of
-the dev corpora, or of samples/corpus), every non-gold document equally likely: its chunks in order; each sentence kept or, with probability SWAP, replaced by a sentence drawn from
-the whole pool (its sentence vector with it); its tail words replaced as bench/scale_vocab.py says,
-so that the vocabulary grows by Heaps' law fitted on the real text. Vectors: a synthetic chunk's
-embedding is its pool chunk's real embedding plus Gaussian noise (SIGMA per component: the cosine
-the model itself gives between a synthetic text and its pool chunk, --measure-noise), re-normalised;
-each sentence vector likewise from its real sentence's. Other columns are the pool chunk's. The
-gold documents of the pool's questions are planted verbatim (texts and vectors), spread evenly;
-the gold map names, per question, the synthetic doc and chunk ids of its gold documents.
-
-Deterministic: document d depends on (seed, d, n_chunks, pool) only. Streaming: rows are made and
-written a row group at a time, so memory does not grow with n_chunks. The output is a version
-directory as bench/scale_data.py writes (`resolve_index` accepts it).
+A synthetic document re-samples one non-gold document of the pool (bench/scale_pool.py), all
+equally likely: its chunks in order, each sentence kept or (SWAP) replaced by one drawn from the
+whole pool, its tail words replaced as bench/scale_vocab.py says (vocabulary growing by Heaps' law).
+Each vector is its real pool vector plus Gaussian noise (SIGMA, see --measure-noise), re-normalised;
+the other columns are the pool chunk's. The gold documents of the pool's questions are planted
+verbatim, spread evenly; the gold map gives each question its synthetic doc and chunk ids.
+Deterministic (document d depends on seed, d, n_chunks and the pool only) and streaming (a row
+group at a time: memory does not grow with n_chunks). The output is a version directory, as
+bench/scale_data.py writes. How it is made and measured: docs/benchmarks.md, "The scale corpus".
 """
 from __future__ import annotations
 
@@ -212,7 +208,8 @@ class Generator:
         rows = [r for k in self.t.parents for r in self.t.docs[k]]
         texts = self.pool.rows.column("text").take(pa.array(rows, pa.int64())).to_pylist()
         ctxs = self.pool.rows.column("context").take(pa.array(rows, pa.int64())).to_pylist()
-        terms = {t for ts in analyzer().analyze([(c or "") + "\n" + (x or "") for c, x in zip(ctxs, texts)]) for t in ts}
+        texts = [(c or "") + "\n" + (x or "") for c, x in zip(ctxs, texts)]  # what BM25 analyses
+        terms = {t for ts in analyzer().analyze(texts) for t in ts}
         v_fixed = len(terms - set(self.t.tail_terms))
         draws = tokens = chunks = 0
         for d in range(sample_docs):
@@ -329,7 +326,8 @@ def _chunk_table(gen: Generator, batch: list[tuple[SynthDoc, int, int]], first: 
     t = _set(t, "chunk_id", pa.array([_sha(f"{seed}:resampled:{i}")[:ID_LEN] for i in range(first, first + len(batch))],
                                      pa.string()))
     t = _set(t, "doc_id", pa.array([_doc_id(seed, doc.number) for doc, _ in batch], pa.string()))
-    t = _set(t, "content_hash", pa.array([_sha(f"{seed}:resampled-content:{doc.number}") for doc, _ in batch], pa.string()))
+    t = _set(t, "content_hash", pa.array([_sha(f"{seed}:resampled-content:{doc.number}") for doc, _ in batch],
+                                         pa.string()))
     t = _set(t, "ordinal", pa.array([o for _, o in batch], pa.int32()))
     t = _set(t, "source_uri", uris)
     t = _set(t, "source_uris", pa.ListArray.from_arrays(pa.array(np.arange(len(batch) + 1, dtype=np.int32)), uris))
@@ -518,7 +516,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gold", help="where the gold map goes (default: <out>.gold.json)")
     ap.add_argument("--pool", choices=["shared", "sample"], help="default: shared when the dev corpora are there")
     ap.add_argument("--data", help="the dev corpora (default ../shared/data)")
-    ap.add_argument("--questions", type=int, help="plant the gold documents of the pool's first N questions (default all)")
+    ap.add_argument("--questions", type=int,
+                    help="plant the gold documents of the pool's first N questions (default all)")
     ap.add_argument("--overwrite", action="store_true", help="remove --out first")
     ap.add_argument("--measure-noise", type=int, metavar="N", help="embed N synthetic chunks instead")
     a = ap.parse_args(argv)

@@ -220,7 +220,9 @@ def candidate_questions(name: str, docs: list[RealDoc], data_dir: Optional[Path]
                     rng = random.Random(f"{seed}:{s}:{q['_id']}")
                     best = sorted(rng.sample(best, min(GOLD_PER_QUESTION, len(best))))
                     refs = [f"{s}/corpus.jsonl#{d}" if s != DEBIAN else f"{DEBIAN}/{d}" for d in best]
-                    refs = [r for ref in refs for r in ([ref] if ref in by_ref else [x.ref for x in by_key.get(ref, [])])]
+                    # a debian-docs file may parse into several documents: all of them are gold
+                    refs = [r for ref in refs
+                            for r in ([ref] if ref in by_ref else [x.ref for x in by_key.get(ref, [])])]
                     raw[s].append((f"{s}:{q['_id']}", q["text"].strip(), refs))
     per: dict[str, list[dict]] = {}
     for corpus, qs in raw.items():
