@@ -258,6 +258,7 @@ def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = Non
     new_paths = pc.binary_join(new_docs.column("source_uris"), KEY_SEP)
     paths_moved = pc.fill_null(pc.not_equal(old_paths, new_paths), True)
     doc_changed = pc.or_(paths_moved, pc.fill_null(pc.not_equal(docs.column("mtime"), new_docs.column("mtime")), True))
+    doc_changed = _flat(doc_changed)
     kept_doc_keys = shard_store.row_keys(DOCUMENTS_DIR, docs.filter(pc.invert(doc_changed)))
     docs_out, compact_docs, _, _ = _settle(docs_ts, _tag_counts(live_docs, DOCUMENTS_DIR, len(docs_ts.entries)),
                                            kept_doc_keys)
@@ -271,7 +272,7 @@ def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = Non
     # chunks: decided per document from the shards' summaries; only moved paths and compacted
     # shards are read
     pair_keys = shard_store.row_keys(CHUNKS_DIR, new_docs)
-    moved = pc.fill_null(paths_moved, True)
+    moved = _flat(pc.fill_null(paths_moved, True))
     kept_pairs = pair_keys.filter(pc.invert(moved))
     moved_pairs, moved_uris = pair_keys.filter(moved), new_docs.column("source_uris").combine_chunks().filter(moved)
     chunks_ts = inherited[CHUNKS_DIR]
@@ -406,6 +407,10 @@ def _tag_counts(rows: pa.Table, table: str, n: int) -> list[pa.Table]:
         out.append(pa.table({"key": vc.field("values"), "rows": vc.field("counts").cast(pa.int64())}) if vc is not None
                    else shard_store.SUMMARY_SCHEMA.empty_table())
     return out
+
+
+def _flat(a) -> pa.Array:
+    return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
 
 
 def _live_summary(summary: pa.Table, deleted: Optional[pa.Array]) -> pa.Table:
