@@ -15,6 +15,7 @@ import pytest
 
 from configs.schema import ConfigError, load_config
 from tests.fake_chat import chat_server
+from transforms.index.shards import read_table
 from transforms.query.records import Candidate, InputError, Question
 
 HOSTILE = Path(__file__).parent / "hostile"
@@ -101,11 +102,11 @@ def test_02_13_14_hostile_names_and_links_never_sink_the_index_job(hostile_corpu
     assert s["balanced"]
     assert s["listed"] == 2 and s["parsed"] == 1 and s["dead_lettered"] == 1  # good.md + the bad name
     version = resolve_index(str(index_dir))
-    dead = pq.read_table(os.path.join(version, "dead_letters")).to_pylist()
+    dead = read_table(version, "dead_letters").to_pylist()
     assert [(d["source_uri"].endswith("bad\\xffname.md"), d["reason"]) for d in dead] == \
         [(True, "file name is not valid UTF-8")]
     assert s["skipped_at_listing"] == {"symlink_outside_root": 2, "dangling_link": 1, "not_a_regular_file": 1}
-    chunks = pq.read_table(os.path.join(version, "chunks")).to_pylist()
+    chunks = read_table(version, "chunks").to_pylist()
     assert not any("root:x:0:0" in c["text"] for c in chunks)  # /etc/passwd-like target not indexed
 
 

@@ -10,10 +10,10 @@ import textwrap
 import zlib
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from transforms.index.shards import read_table
 from transforms.ingest.parse import ParseError, parse_object, parse_object_with_errors
 from transforms.ingest.parse.limits import ParseLimits
 from transforms.records import RawObject
@@ -227,9 +227,9 @@ def test_the_index_job_indexes_deep_html_counts_hidden_names_and_dead_letters_a_
     assert s["skipped_at_listing"] == {"hidden": 3}
     assert len(s["skipped_at_listing_paths"]["hidden"]) == 3
     version = resolve_index(str(tmp_path / "index"))
-    dead = pq.read_table(os.path.join(version, "dead_letters")).to_pylist()
+    dead = read_table(version, "dead_letters").to_pylist()
     assert [(os.path.basename(d["source_uri"]), d["reason"]) for d in dead] == [
         ("bomb.pdf", "PDF streams inflate to more than parse.max_inflated_bytes=8388608")]
-    chunks = " ".join(c["text"] for c in pq.read_table(os.path.join(version, "chunks")).to_pylist())
+    chunks = " ".join(c["text"] for c in read_table(version, "chunks").to_pylist())
     assert "row 300 of the legacy table" in chunks and "row 399 of the legacy table" in chunks
     assert "the deep text" in chunks and "the text after the nest" in chunks
