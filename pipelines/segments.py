@@ -23,6 +23,7 @@ from typing import Optional
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transforms.common import storage

@@ -182,3 +182,54 @@ def test_a_full_build_reads_each_shard_a_bounded_number_of_times(tmp_path, test_
     assert one == 1 and many >= 5
     # summarized when stored, its chunk ids read to plan, its rows read once to build
     assert reads_one == reads_many and max(reads_many) <= 3, per_build
+
+
+def _as_written_before_shared_shards(index_dir) -> None:
+    """Turn an index into what ragbeam wrote before the shared store and key summaries: the live
+    version's shards back in its own folder, no `tables` in its manifest, no INDEX/shards/, and
+    segments without keys.arrow."""
+    import hashlib
+    vdir = publish.resolve_index(str(index_dir))
+    m = manifest(index_dir)
+    for table in shard_store.SHARED_TABLES:
+        os.makedirs(os.path.join(vdir, table))
+        for i, e in enumerate(m["tables"][table]["shards"]):
+            shutil.copyfile(shard_store.shard_uri(str(index_dir), table, e["name"]),
+                            os.path.join(vdir, table, f"part-{i:05d}-of-{len(m['tables'][table]['shards']):05d}.parquet"))
+    shutil.rmtree(os.path.join(index_dir, "shards"))
+    del m["tables"]
+    for s in m["segments"]:
+        seg = os.path.join(index_dir, "segments", s["id"])
+        meta = json.load(open(os.path.join(seg, "segment.json")))
+        os.remove(os.path.join(seg, "keys.arrow"))
+        meta["files"].pop("keys.arrow")
+        with open(os.path.join(seg, "segment.json"), "w") as f:
+            json.dump(meta, f, indent=1)
+        s["meta_sha256"] = hashlib.sha256(open(os.path.join(seg, "segment.json"), "rb").read()).hexdigest()
+    with open(os.path.join(vdir, "manifest.json"), "w") as f:
+        json.dump(m, f)
+
+
+def test_an_index_written_before_shared_shards_is_read_and_carried_over(tmp_path, test_config):
+    src = copy_corpus(tmp_path / "src")
+    idx = tmp_path / "idx"
+    cfg = test_config.model_copy(update={"index": test_config.index.model_copy(update={"segment_max_chunks": 40})})
+    run_index(cfg, str(src), str(idx), progress=False, log=quiet)
+    want = rows(idx, "chunks")
+    _as_written_before_shared_shards(idx)
+    old = publish.resolve_index(str(idx))
+    old_files = {os.path.join(t, f): os.stat(os.path.join(old, t, f)).st_mtime_ns
+                 for t in shard_store.SHARED_TABLES for f in os.listdir(os.path.join(old, t))}
+    assert rows(idx, "chunks") == want  # read from the version's own folder, as before
+    changed = src / "nodejs/api/punycode.md"
+    changed.write_text(changed.read_text() + "\n\n## Added tonight\n\nA new paragraph about tonight.\n")
+    (src / "git/git-version.txt").unlink()
+    second = run_index(cfg, str(src), str(idx), progress=False, log=quiet)
+    assert second["balanced"] and second["artifact"]["reused"] >= 1, second
+    assert manifest(idx)["tables"]  # the next version lists shared shards (the old ones, put into the store)
+    assert {p: os.stat(os.path.join(old, p)).st_mtime_ns for p in old_files} == old_files  # untouched
+    fresh = tmp_path / "fresh"
+    run_index(cfg, str(src), str(fresh), progress=False, log=quiet)
+    for table in ("chunks", "documents", "dead_letters"):
+        assert rows(idx, table) == rows(fresh, table), table
+    assert answers(idx, cfg) == answers(fresh, cfg)
