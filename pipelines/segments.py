@@ -32,7 +32,7 @@ from transforms.common.s3 import is_s3
 from transforms.index import shard_store
 from transforms.index.incremental import CARRIED_FILE
 from transforms.index.segment_plan import MergePolicy, plan_segments
-from transforms.index.segment_stats import write_version_stats
+from transforms.index.segment_stats import read_dead_df, rows_dead_df, write_version_stats
 from transforms.index.segment_store import SegmentMismatch, segment_files, segment_uri
 from transforms.index.segment_build import BuildSegmentFn, SplitShardFn, shard_of
 from transforms.index.segments import (IDS_FILE, KEYS_FILE, META_FILE, SEGMENTS_DIR, Segment, SegmentCorrupt,
@@ -112,13 +112,14 @@ class _Lazy(os.PathLike):
 
 
 def _old_tombstones(live_dir: Optional[str], entry: dict) -> np.ndarray:
-    """A live segment's tombstones in the live version (segment_stats/<id>/dead.npy)."""
+    """A live segment's tombstones in the live version (segment_stats/<id>/dead.npy), read once."""
     if not live_dir or not entry.get("deleted"):
         return np.zeros(0, np.int64)
-    import io
-    uri = storage.join(live_dir, "segment_stats", entry["id"], "dead.npy")
-    data = storage.read_bytes(uri)
-    return np.asarray(np.load(io.BytesIO(data)), np.int64)
+    if "_dead" not in entry:
+        import io
+        uri = storage.join(live_dir, "segment_stats", entry["id"], "dead.npy")
+        entry["_dead"] = np.asarray(np.load(io.BytesIO(storage.read_bytes(uri))), np.int64)
+    return entry["_dead"]
 
 
 def segment_version(index_dir: str, work_dir: str, out_dir: str, cfg, spec, live_manifest: Optional[dict],
@@ -133,7 +134,7 @@ def segment_version(index_dir: str, work_dir: str, out_dir: str, cfg, spec, live
     remote = is_s3(index_dir)
     src = _ChunkShards.listed(index_dir, work_dir, shards) if shards is not None else \
         _ChunkShards.in_folder(work_dir, out_dir)
-    live_list = (live_manifest or {}).get("segments") or []
+    live_list = [dict(s) for s in (live_manifest or {}).get("segments") or []]  # (their tombstones cached in them)
     healthy: list[tuple[Segment, dict]] = []
     corrupt = []
     for s in live_list:
@@ -228,24 +229,70 @@ def segment_version(index_dir: str, work_dir: str, out_dir: str, cfg, spec, live
             import shutil
             shutil.rmtree(os.path.join(work_dir, REBUILD_DIR), ignore_errors=True)
     t_build = time.perf_counter()
-    listed: list[tuple[Segment, np.ndarray]] = []
-    for sid, dead in plan.keep.items():
-        names = STATS_FILES + (TOMBSTONE_FILES if len(dead) else ())
-        listed.append((_driver_segment(index_dir, sid, names, sha_of.get(sid)), dead))
+    listed: list[tuple] = []
+    entry_of = {s["id"]: s for s in live_list}
+    with _Stemmer() as stemmer:
+        for sid, dead in plan.keep.items():
+            seg = _driver_segment(index_dir, sid, STATS_FILES, sha_of.get(sid))
+            known = _dead_df_since_live(index_dir, seg, dead, live_dir, entry_of.get(sid, {}), stemmer)
+            if known is None:  # counted from the postings (a live version from before dead_df.npy)
+                seg = _driver_segment(index_dir, sid, STATS_FILES + TOMBSTONE_FILES, sha_of.get(sid))
+            listed.append((seg, dead, known))
     for meta in built:
-        listed.append((_driver_segment(index_dir, meta["id"], STATS_FILES, meta.get("meta_sha256")),
-                       np.zeros(0, np.int64)))
+        seg = _driver_segment(index_dir, meta["id"], STATS_FILES, meta.get("meta_sha256"))
+        listed.append((seg, np.zeros(0, np.int64), np.zeros(int(seg.meta["terms"]), np.int64)))
     listed.sort(key=lambda sd: (sd[0].meta.get("min_chunk_id") or "", sd[0].id))
-    if len({s.id for s, _ in listed}) != len(listed):
-        raise RuntimeError("a segment is listed twice: " + ", ".join(s.id for s, _ in listed))
+    if len({s.id for s, _, _ in listed}) != len(listed):
+        raise RuntimeError("a segment is listed twice: " + ", ".join(s.id for s, _, _ in listed))
     bm25 = write_version_stats(work_dir, listed)
     segments = [{"id": s.id, "chunks": s.n, "live": s.n - len(d), "deleted": int(len(d)),
-                 "meta_sha256": storage.sha256_file(os.path.join(s.dir, META_FILE))} for s, d in listed]
+                 "meta_sha256": storage.sha256_file(os.path.join(s.dir, META_FILE))} for s, d, _ in listed]
     t_end = time.perf_counter()
     return {"segments": segments, "bm25": bm25,
             "segment_plan": {**plan.summary(), "built_ids": [m["id"] for m in built], "rebuilt_corrupt": len(corrupt)},
             "artifact_s": round(t_end - t0, 3), "plan_s": round(t_plan - t0, 3),
             "build_s": round(t_build - t_plan, 3), "stats_s": round(t_end - t_build, 3)}
+
+
+class _Stemmer:
+    """One DuckDB connection (its stemmer) for every segment's tombstoned rows, opened on first use."""
+    def __enter__(self):
+        self.con = None
+        return self
+
+    def get(self):
+        if self.con is None:
+            from transforms.index.artifacts import connect
+            self.con = connect(":memory:", memory_limit="256MB")
+        return self.con
+
+    def __exit__(self, *exc):
+        if self.con is not None:
+            self.con.close()
+
+
+def _dead_df_since_live(index_dir: str, seg: Segment, dead: np.ndarray, live_dir: Optional[str], entry: dict,
+                        stemmer: _Stemmer) -> Optional[np.ndarray]:
+    """The BM25 df of a kept segment's tombstoned rows: the live version's (dead_df.npy) plus that
+    of the rows tombstoned tonight, analysed again from rows.arrow (memory-mapped: only those rows
+    are read). None where that cannot be told so (then the postings count them: on object storage,
+    and after a live version without dead_df.npy)."""
+    T = int(seg.meta["terms"])
+    if not len(dead):
+        return np.zeros(T, np.int64)
+    old = _old_tombstones(live_dir, entry)
+    if not np.isin(old, dead).all():
+        return None
+    base = np.zeros(T, np.int64) if not len(old) else read_dead_df(live_dir, seg.id, T) if live_dir else None
+    if base is None:
+        return None
+    new = np.setdiff1d(dead, old)
+    if not len(new):
+        return base
+    if is_s3(index_dir):  # a driver never downloads a segment's text: the postings count them
+        return None
+    got = rows_dead_df(seg, new, stemmer.get())  # a local segment: rows.arrow memory-mapped
+    return None if got is None else base + got
 
 
 def _deletions_for_workers(deleted: dict[str, pa.Array], out_dir: str) -> Optional[str]:

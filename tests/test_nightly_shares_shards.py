@@ -233,3 +233,21 @@ def test_an_index_written_before_shared_shards_is_read_and_carried_over(tmp_path
     for table in ("chunks", "documents", "dead_letters"):
         assert rows(idx, table) == rows(fresh, table), table
     assert answers(idx, cfg) == answers(fresh, cfg)
+
+
+def test_the_nightly_counts_tombstoned_terms_from_the_rows_as_the_postings_do(nightly):
+    """The BM25 df of the rows tombstoned tonight is counted by analysing those rows again (only
+    they are read), carried over from the live version's dead_df.npy: equal to a scan of the
+    segment's postings."""
+    import numpy as np
+    from transforms.index.segment_stats import dead_df, read_dead_df
+    from transforms.index.segments import Segment
+    idx = nightly["idx"]
+    vdir = publish.resolve_index(str(idx))
+    m = manifest(idx)
+    tombstoned = [s for s in m["segments"] if s["deleted"]]
+    assert tombstoned
+    for s in m["segments"]:
+        seg = Segment(os.path.join(idx, "segments", s["id"]))
+        dead = np.load(os.path.join(vdir, "segment_stats", s["id"], "dead.npy"))
+        assert np.array_equal(read_dead_df(vdir, s["id"], int(seg.meta["terms"])), dead_df(seg, dead)), s["id"]
