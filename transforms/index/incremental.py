@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -398,15 +399,16 @@ def _tagged_rows(ts: shard_store.TableShards, table: str, source: shard_store.Sh
 
 def _tag_counts(rows: pa.Table, table: str, n: int) -> list[pa.Table]:
     """Per shard: its live keys with their row counts (what a summary holds, from the rows)."""
-    keys = shard_store.row_keys(table, rows)
-    tags = rows.column(SHARD_TAG).combine_chunks() if rows.num_rows else pa.array([], pa.int32())
-    out = []
-    for i in range(n):
-        k = keys.filter(pc.equal(tags, i)) if len(keys) else keys
-        vc = pc.value_counts(k) if len(k) else None
-        out.append(pa.table({"key": vc.field("values"), "rows": vc.field("counts").cast(pa.int64())}) if vc is not None
-                   else shard_store.SUMMARY_SCHEMA.empty_table())
-    return out
+    empty = shard_store.SUMMARY_SCHEMA.empty_table()
+    if not rows.num_rows:
+        return [empty] * n
+    counts = (pa.table({"shard": rows.column(SHARD_TAG), "key": shard_store.row_keys(table, rows)})
+              .group_by(["shard", "key"]).aggregate([([], "count_all")]).sort_by("shard"))
+    shards = counts.column("shard").to_numpy()
+    starts = np.searchsorted(shards, np.arange(n + 1))
+    return [pa.table({"key": counts.column("key").slice(a, b - a),
+                      "rows": counts.column("count_all").slice(a, b - a).cast(pa.int64())})
+            for a, b in zip(starts[:-1], starts[1:])]
 
 
 def _flat(a) -> pa.Array:

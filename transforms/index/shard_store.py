@@ -373,6 +373,7 @@ def _adopt_s3(index_dir: str, table: str, tmp: str, remote_uri: Optional[str]) -
         summary = tmp + ".keys"
         pq.write_table(summarize(tmp, table), summary, compression="zstd")
         storage.upload_file(summary, summary_uri(index_dir, table, name))
+        os.remove(summary)
         if remote_uri:
             storage.copy(remote_uri, dst)
         else:
