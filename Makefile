@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed-$(shell cat setup.py | sha256sum | cut -c1-12)
 INDEX   ?= out/index
 ANSWERS ?= out/answers.jsonl
 
-.PHONY: run test test-core test-flink models flink-setup demo-flink bench bench-quick bench-s3 bench-flink bench-nightly \
+.PHONY: run test test-core test-flink models flink-setup demo-flink bench bench-check bench-quick bench-s3 bench-flink bench-nightly \
         bench-eval bench-models bench-scale devsets answer-model docs install clean s3-up s3-down demo-s3 llm-setup
 
 $(STAMP): setup.py
@@ -73,6 +73,11 @@ bench-flink: $(STAMP) flink-setup
 # Passages/s of each embedding profile (500 cranfield passages, batch 8, 2 threads; docs/models.md).
 bench-models: $(STAMP) models
 	$(BIN)/python -m bench.model_speed --n 500 --threads 2
+
+# Every figure the README and docs report, against the committed results (bench/expected/*.yaml);
+# fails with one line per figure past its tolerance. BENCH_CHECK_ARGS=--run reruns the commands first.
+bench-check: $(STAMP)
+	$(BIN)/python -m bench.check $(BENCH_CHECK_ARGS)
 
 bench-quick: $(STAMP) llm-setup
 	$(BIN)/python -m bench.run --quick

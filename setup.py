@@ -23,7 +23,6 @@ setup(
         "pyarrow>=14,<26",
         "numpy>=1.24,<2.5",
         "duckdb==1.5.5",  # the packaged extensions load only in this exact version
-        "duckdb-extension-vss==1.5.5",
         "duckdb-extension-fts==1.5.5",
         "onnxruntime>=1.17",
         "tokenizers>=0.15",

@@ -68,8 +68,6 @@ def table(out: Path) -> str:
                 nd = f"**{nd}**" if m.get("ndcg@10") == best else nd
                 lines.append(f"| {label if i == 0 else ''} | {_f(floor) if i == 0 else ''} | {st} | {nd} | "
                              f"{_f(m.get('recall@10'))} | {_f(m.get('recall@100'))} | {_f(m.get('mrr@10'))} |")
-        if r.get("hnsw_recall@10") is not None:  # None: no HNSW index (retrieve.mode would not use it)
-            notes.append(f"{name}: HNSW recall@10 vs exact {r['hnsw_recall@10']:.3f}")
         if r.get("answers"):
             a = r["answers"]
             u = r.get("unanswerable") or {}

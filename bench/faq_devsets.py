@@ -3,41 +3,12 @@
     python -m bench.faq_devsets [--out out/devsets] [--cache ~/.cache/ragbeam/debs] [--only perlfaq,gitfaq,sqlitefaq]
     make devsets
 
-Rebuilds, from Debian documentation packages fetched with `apt-get download` (cached as .debs
-under --cache; `apt-get update` runs once, only when a package is not cached yet), one
-dataset per FAQ in the layout `ragbeam eval --dataset` reads:
-
-- perlfaq (perl-doc): the `=head2` questions of perlfaq1-9.pod. Gold: the pages each answer
-  links to with L<...> (perlfunc, perlop, perlvar, perlre, ..., or a module page such as
-  File::Copy) that are in the corpus (metadata.gold_rule "link"); for an answer with no such
-  link, the pages its code-form names stand for: a module page, perlfunc for a builtin (not
-  print/my/return/... PERL_STOP), perlop for s///, tr///, qq{}, a `perldoc X` (gold_rule "code").
-  Answer phrases: the functions and modules the answer
-  names in code form (C<sprintf>, C<File::Copy>, L<perlfunc/open> -> "open"), only builtins
-  named in perlfunc and modules. Corpus: perl-doc's own man pages (pod2man output, which
-  ragbeam's man parser reads): man1/perl*.1 and man3/*.3perl, minus the FAQ pages (perlfaq,
-  perlfaq1-9), perltoc (a table of contents of all of them) and the perl5*delta release notes.
-- gitfaq (git-doc): the questions of gitfaq(7) (gitfaq.txt, `Question?::` items). Gold: the
-  pages its answer references: linkgit:NAME[N], a `git CMD` in code form (git-CMD), a
-  configuration key in code form that git-config documents (git-config), a `.gitX` file
-  (gitX). Answer phrases: those command names and configuration keys. Corpus: git-doc's
-  HTML pages (its top level), minus gitfaq.html and index.html.
-- sqlitefaq (sqlite3-doc): the numbered questions of SQLite's faq.html. Gold: the corpus pages
-  its answer links to. Answer phrases: the C functions, SQL keywords and pragmas those links
-  name. Corpus: sqlite3-doc's HTML pages and c3ref/, minus SQLITE_SKIP (the FAQ, indexes,
-  cross-reference tables, requirements, capi3ref, release history).
-
-Each set is split by source page into tune and eval halves: perlfaq1,3,5,7,9 tune and
-perlfaq2,4,6,8 eval; gitfaq by its sections, alternating in document order (the first, third,
-... tune); sqlitefaq (one page) odd-numbered questions tune, even eval. Query ids are
-"<split>-<page>-<n>" (so `ragbeam eval` reports tune and eval as groups),
-queries.jsonl carries metadata.split, and qrels/tune.tsv and qrels/eval.tsv hold each half
-(qrels/test.tsv: both); `ragbeam eval --dataset DIR --qrels DIR/qrels/eval.tsv` evaluates one
-half. Questions whose gold page is not in the corpus are dropped, and so are those whose answer
-points to more than MAX_GOLD pages (perlfaq3's "How do I do (anything)?", 23 pages).
-
-Output: <out>/<name>/{docs/, queries.jsonl, qrels/{test,tune,eval}.tsv, answers.jsonl,
-licenses/, README.md}. Never built from the Python documentation's FAQ (held back).
+Rebuilds perlfaq (perl-doc), gitfaq (git-doc) and sqlitefaq (sqlite3-doc) from Debian packages
+fetched with `apt-get download` (cached under --cache), each in the layout `ragbeam eval
+--dataset` reads: <out>/<name>/{docs/, queries.jsonl, qrels/{test,tune,eval}.tsv, answers.jsonl,
+licenses/, README.md}, split by source page into tune and eval halves. Which questions, which
+pages are gold and which phrases a right answer names, per set: docs/evaluation.md "Real FAQ dev
+sets". Never built from the Python documentation's FAQ (held back).
 """
 from __future__ import annotations
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.jsonfile import write_json
 from bench.data import ROOT
 from transforms.evaluation import metrics as M
 from transforms.query import selection as S
@@ -164,7 +165,7 @@ def main(argv=None) -> None:
             report[f"reliability_{split}"] = reliability(rows, m)
         report["rules_eval"] = rules_summary(sets, answerers)
         print(json.dumps({k: report[k] for k in ("eval", "reliability_eval")}, indent=1), flush=True)
-        Path(args.results).write_text(json.dumps(report, indent=1) + "\n")
+        write_json(args.results, report)
         return
     if args.rules_only:  # the rules answers' confidence fitted into the shipped model, and reported
         m = S.AnswerModel.load()
@@ -174,7 +175,7 @@ def main(argv=None) -> None:
         report["rules_confidence_eval"] = rules_calibration_report(sets, answerers, m)
         report["model"] = to_dict(m)
         print(json.dumps(report["rules_confidence_eval"], indent=1), flush=True)
-        Path(args.results).write_text(json.dumps(report, indent=1) + "\n")
+        write_json(args.results, report)
         if args.write:
             Path(S.MODEL_FILE).write_text(json.dumps(to_dict(m), indent=1) + "\n")
             print("wrote", S.MODEL_FILE)
@@ -272,7 +273,7 @@ def main(argv=None) -> None:
         report[f"reliability_{split}"] = reliability(answer_rows(split, m, compose), m)
     report["rules_confidence_eval"] = rules_calibration_report(sets, answerers, m)
     print(json.dumps({k: report[k] for k in ("tune", "eval")}, indent=1), flush=True)
-    Path(args.results).write_text(json.dumps(report, indent=1) + "\n")
+    write_json(args.results, report)
     if args.write:
         Path(S.MODEL_FILE).write_text(json.dumps(to_dict(m), indent=1) + "\n")
         print("wrote", S.MODEL_FILE)

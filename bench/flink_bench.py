@@ -11,10 +11,11 @@ Results: bench/results/flink.md and flink.json.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
+
+from bench.jsonfile import write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "flink.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_json(out / "flink.json", results)
     d = results["direct"]
     lines = ["| job (sample corpus, 28 files; 15 questions) | in-process runner | Flink, 2 task managers | ratio |",
              "|---|---|---|---|"]

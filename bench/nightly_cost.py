@@ -10,13 +10,14 @@ run's, and their ratio; writes nightly.json and nightly.md under --out.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
 import tempfile
 import time
 from pathlib import Path
+
+from bench.jsonfile import write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CORPUS = ROOT.parent / "shared" / "data" / "debian-docs" / "docs"
@@ -89,7 +90,7 @@ def main(argv=None) -> int:
         f, n = full.get(k) or 0, nightly.get(k) or 0
         md.append(f"| {label} | {f} | {n} | {n / f:.3f} |" if f else f"| {label} | {f} | {n} | - |")
     os.makedirs(args.out, exist_ok=True)
-    Path(args.out, "nightly.json").write_text(json.dumps(result, indent=2))
+    write_json(Path(args.out, "nightly.json"), result)
     Path(args.out, "nightly.md").write_text("\n".join(md) + "\n")
     print("\n" + "\n".join(md))
     return 0

@@ -1,7 +1,8 @@
 """`make bench`: python -m bench.run [--quick] [--out bench/results] [--data DIR] [--config FILE]
 
 Every figure is measured in this run, on this data, beside a baseline measured
-the same way. Writes <out>/bench.json and <out>/bench.md. Nothing is asserted.
+the same way. Writes <out>/bench.json and <out>/bench.md, then checks the figures the docs
+report from that file (bench/expected/*.yaml, as `make bench-check` does): exit 1 on a drift.
 """
 from __future__ import annotations
 
@@ -56,13 +57,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="results folder (default bench/results, or bench/results/quick with --quick)")
     ap.add_argument("--data", help="folder holding cranfield/ (default ../shared/data; else a generated corpus)")
     ap.add_argument("--config", help="ragbeam config (default configs/default.yaml)")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9", help="sections to run, e.g. 1,2,3 (3 needs 1 and 2; "
-                    "9 needs 1)")
+    ap.add_argument("--only", default="1,2,4,5,6,7,8,9", help="sections to run, e.g. 1,2,4 (2 and 9 need 1; "
+                    "section 3, HNSW, was removed with the DuckDB HNSW index)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     a = ap.parse_args(argv)
 
     from configs.schema import load_config
-    from bench.hnsw_bench import bench_hnsw
     from bench.index_bench import bench_index
     from bench.answer_memory_bench import bench_answer_memory
     from bench.memory_bench import bench_memory
@@ -86,12 +86,10 @@ def main(argv=None) -> int:
     report = Report()
     work = tempfile.mkdtemp(prefix="ragbeam-bench-")
     try:
-        if only & {"1", "2", "3", "9"}:
+        if only & {"1", "2", "9"}:
             index = bench_index(cfg, data, size["index_docs"], work, report)
-            if only & {"2", "3"}:
-                r = bench_retrieval(cfg, index, questions, size["answer_questions"], size["batch"], work, report)
-                if "3" in only:
-                    bench_hnsw(cfg, index, r["qvecs"], report)
+            if "2" in only:
+                bench_retrieval(cfg, index, questions, size["answer_questions"], size["batch"], work, report)
             if "9" in only:
                 from bench.llm_bench import bench_llm
                 bench_llm(cfg, index, [q["question"] for q in questions[:size["llm_questions"]]], work, report)
@@ -126,7 +124,18 @@ def main(argv=None) -> int:
                                                         if a.quick else ""))
     jp, mp = report.write(out_dir, meta)
     print(f"\nbench finished in {elapsed:.0f} s; wrote {os.path.relpath(jp, ROOT)} and {os.path.relpath(mp, ROOT)}")
-    return 0
+    return _check(jp)
+
+
+def _check(results: str) -> int:
+    """bench-check on the figures read from the file just written: a line per drift, exit 1."""
+    from bench.check import check_results
+    problems = check_results(results)
+    for line in problems:
+        print(line)
+    print(f"bench-check: {len(problems)} problems among the expected figures read from "
+          f"{os.path.relpath(results, ROOT)}")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

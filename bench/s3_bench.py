@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.jsonfile import write_json
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -130,8 +132,7 @@ def main(argv=None) -> int:
                                                                           for r in rows]
     os.makedirs(a.out, exist_ok=True)
     Path(a.out, "s3.md").write_text("\n".join(md) + "\n")
-    Path(a.out, "s3.json").write_text(json.dumps({**figures, "questions": a.questions},
-                                                  indent=2))
+    write_json(Path(a.out, "s3.json"), {**figures, "questions": a.questions})
     print("\n".join(md))
     return 0
 

@@ -1,11 +1,12 @@
 """Figures beside their baselines: printed as they come, then written as JSON and Markdown."""
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import asdict, dataclass
 from typing import Optional
+
+from bench.jsonfile import write_json
 
 
 @dataclass
@@ -85,9 +86,7 @@ class Report:
     def write(self, out_dir: str, meta: dict) -> tuple[str, str]:
         os.makedirs(out_dir, exist_ok=True)
         jp, mp = os.path.join(out_dir, "bench.json"), os.path.join(out_dir, "bench.md")
-        with open(jp, "w", encoding="utf-8") as f:
-            json.dump(self.to_json(meta), f, indent=1)
-            f.write("\n")
+        write_json(jp, self.to_json(meta))
         with open(mp, "w", encoding="utf-8") as f:
             f.write(self.to_markdown(meta))
         return jp, mp

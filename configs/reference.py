@@ -1,5 +1,7 @@
 """The configuration reference, generated from the schema: every key with its dotted path, type,
 default and meaning (each field's `description` in configs/schema.py, a section's its docstring).
+The keys the schema marks `user` (json_schema_extra=USER) come first, in one table; the rest
+follow under "Expert settings", section by section.
 
     python -m configs.reference            # writes docs/configuration-reference.md (make docs)
     python -m configs.reference --check    # exit 1 if the committed page and the schema disagree
@@ -29,16 +31,19 @@ HEADER = """# Configuration reference
 <!-- Generated from configs/schema.py by `python -m configs.reference` (make docs); do not edit by hand.
      tests/test_config_reference.py fails when this page and the schema disagree. -->
 
-Every key a config file may set, with its type, its default and what it does. `{default}`
-sets the same defaults explicitly; a file need only name the keys it changes. Every key is
-validated on load: an unknown key, a value of the wrong type or out of range, or settings that
-cannot work together are refused with the key named ([configuration.md](configuration.md)).
+Every key a config file may set, with its type, its default and what it does: first the
+[user settings](#user-settings) that most index and answer jobs set, then the
+[expert settings](#expert-settings), whose defaults were measured and rarely need changing.
+`{default}` sets the defaults explicitly; a file need only name the keys it
+changes. Every key is validated on load: an unknown key (with the nearest known name), a value
+of the wrong type or out of range, or settings that cannot work together are refused with the
+key named ([configuration.md](configuration.md)).
 
 - **Environment variables in values.** Any string value may be written as `${{VAR}}` or
   `${{VAR:-default}}`; a `${{VAR}}` that is not set is a config error.
 - **Overriding one key.** `RAGBEAM__SECTION__KEY=value` overrides one key, nested sections
   joined by `__` too: `RAGBEAM__S3__ENDPOINT_URL=http://127.0.0.1:8333`,
-  `RAGBEAM__ARTIFACTS__HNSW__EF_SEARCH=128`. The value is a string, taken as written, that the
+  `RAGBEAM__RETRIEVE__DENSE_TOP_N=100`. The value is a string, taken as written, that the
   schema converts where the key's type is a number or a boolean; for a list, a mapping or a
   section it is parsed as YAML/JSON (`RAGBEAM__ACL='[{{prefix: hr/, groups: [hr]}}]'`).
 - **Secrets** (marked *secret*) have no default beyond null: give them through `${{VAR}}` or an
@@ -49,7 +54,7 @@ cannot work together are refused with the key named ([configuration.md](configur
 
 
 def _type_name(ann: Any) -> str:
-    """A key's type as a reader writes it: `integer`, `auto | exact | hnsw`, `string or null`."""
+    """A key's type as a reader writes it: `integer`, `auto | exact`, `string or null`."""
     origin, args = typing.get_origin(ann), typing.get_args(ann)
     if origin is typing.Annotated:
         return _type_name(args[0])
@@ -112,7 +117,7 @@ def _cell(text: str) -> str:
 
 def keys(model: type[BaseModel] = Config, prefix: tuple = ()) -> list[dict]:
     """Every key below `model` (sections flattened), in schema order: path, type, default,
-    meaning, secret."""
+    meaning, secret, user."""
     out = []
     for name, field in model.model_fields.items():
         path = prefix + (name,)
@@ -124,8 +129,9 @@ def keys(model: type[BaseModel] = Config, prefix: tuple = ()) -> list[dict]:
         kind = _type_name(field.annotation)
         if _bounds(field):
             kind += f" ({_bounds(field)})"
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         out.append({"path": ".".join(path), "type": kind, "default": _default(field, secret),
-                    "meaning": field.description or "", "secret": secret})
+                    "meaning": field.description or "", "secret": secret, "user": bool(extra.get("user"))})
         item = typing.get_args(field.annotation)[0] if typing.get_origin(field.annotation) is list else None
         if isinstance(item, type) and issubclass(item, BaseModel):  # acl: the fields of one rule
             out.extend(keys(item, prefix + (f"{name}[]",)))
@@ -145,21 +151,47 @@ def _sections() -> list[tuple[str, str]]:
     return out
 
 
+def _table(rows: list[dict]) -> list[str]:
+    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for k in rows:
+        meaning = ("*secret*; " if k["secret"] else "") + k["meaning"]
+        default = "*required*" if k["default"] == "required" else f"`{_cell(k['default'])}`"
+        lines.append(f"| `{k['path']}` | {_cell(k['type'])} | {default} | {_cell(meaning)} |")
+    return lines
+
+
+def _in_section(path: str, section: str) -> bool:
+    return path == section or path.startswith((section + ".", section + "[]."))
+
+
+def user_keys() -> list[dict]:
+    """The keys the schema marks for users, in schema order."""
+    return [k for k in keys() if k["user"]]
+
+
 def render() -> str:
     """The whole reference page, as `python -m configs.reference` writes it."""
     lines = [HEADER.format(default=DEFAULT_CONFIG.relative_to(PAGE.parent.parent).as_posix())]
     all_keys = keys()
+    lines += ["## User settings", "",
+              "The runner and its workers, object storage, OCR, who may see what, the chunk size and the model, the "
+              "versions kept, and how answers are given and written. The input, the index and the question and "
+              "answer files are named on the command line ([README](../README.md#commands)).", ""]
+    lines += _table(user_keys()) + [""]
+    lines += ["## Expert settings", "",
+              "Everything else, section by section. The defaults are the measured ones "
+              "([evaluation](evaluation.md), [answering](answering.md)); a fitted key left unset follows the "
+              "embedding profile's fit ([models](models.md)).", ""]
     for section, doc in _sections():
-        lines += [f"## `{section}`", ""]
+        lines += [f"### `{section}`", ""]
         if doc:
             lines += [doc, ""]
-        lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
-        for k in all_keys:
-            if k["path"] == section or k["path"].startswith((section + ".", section + "[].")):
-                meaning = ("*secret*; " if k["secret"] else "") + k["meaning"]
-                default = "*required*" if k["default"] == "required" else f"`{_cell(k['default'])}`"
-                lines.append(f"| `{k['path']}` | {_cell(k['type'])} | {default} | {_cell(meaning)} |")
-        lines.append("")
+        rest = [k for k in all_keys if _in_section(k["path"], section) and not k["user"]]
+        users = [k["path"] for k in all_keys if _in_section(k["path"], section) and k["user"]]
+        if users:
+            lines += ["In the [user settings](#user-settings): " + ", ".join(f"`{u}`" for u in users) + ".", ""]
+        if rest:
+            lines += _table(rest) + [""]
     return "\n".join(lines)
 
 

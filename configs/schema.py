@@ -10,7 +10,7 @@ import functools
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 import yaml
 from typing import Annotated
@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from transforms.common.redact import (SECRET_KEYS, config_secret_values, declare_schema,  # noqa: F401
                                       is_secret_path, register_secret_values)
+from transforms.ingest.profiles import MINILM_FIT  # the default profile's fitted numbers, quoted below
 
 CONFIG_DIR = Path(__file__).parent
 DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
@@ -34,32 +35,43 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-def _secret(description: str):
+# A key most jobs set: listed first in the configuration reference (configs/reference.py), the
+# rest under "Expert settings". About twenty: tests/test_config_reference.py keeps it so.
+USER = {"user": True}
+
+
+def _secret(description: str, user: bool = False):
     """A secret key: never in reprs, errors, logs, manifests or reports (transforms/common/redact.py
     reads the mark; a key named like a credential is secret even without it)."""
-    return Field(None, repr=False, json_schema_extra={"secret": True}, description=description)
+    return Field(None, repr=False, json_schema_extra={"secret": True, **(USER if user else {})},
+                 description=description)
 
 
 class RunnerConfig(_Strict):
     """The Beam runner the jobs run on."""
     # DirectRunner/FnApiRunner run in-process and never reach for Prism's download.
-    name: str = Field("DirectRunner", description="any runner Beam knows by name (DataflowRunner, FlinkRunner, "
+    name: str = Field("DirectRunner", json_schema_extra=USER,
+                      description="any runner Beam knows by name (DataflowRunner, FlinkRunner, "
                       "SparkRunner, PortableRunner, ...) or a fully qualified runner class (my.module.MyRunner)")
     direct_running_mode: Literal["in_memory", "multi_threading", "multi_processing"] = Field(
         "in_memory", description="how the in-process runner runs its workers")
-    direct_num_workers: int = Field(1, ge=1, le=256, description="workers of the in-process runner")
+    direct_num_workers: int = Field(1, ge=1, le=256, json_schema_extra=USER,
+                                    description="workers of the in-process runner; a cluster's come from "
+                                    "runner.options (Flink: parallelism, Dataflow: max_num_workers)")
     # Checked by Beam's own PipelineOptions parser at load; credential-like names are secrets.
-    options: dict[str, Any] = Field(default_factory=dict, description="extra Beam pipeline options, passed as "
+    options: dict[str, Any] = Field(default_factory=dict, json_schema_extra=USER,
+                                    description="extra Beam pipeline options, passed as "
                                     "--key=value (e.g. setup_file, project, job_endpoint)")
 
 
 class S3Config(_Strict):
     """Object storage (s3://) for inputs, indexes, question files and outputs."""
-    endpoint_url: Optional[str] = Field(None, description="S3-compatible endpoint (SeaweedFS, MinIO); unset: AWS")
-    region: Optional[str] = Field(None, description="the store's region")
+    endpoint_url: Optional[str] = Field(None, json_schema_extra=USER,
+                                        description="S3-compatible endpoint (SeaweedFS, MinIO); unset: AWS")
+    region: Optional[str] = Field(None, json_schema_extra=USER, description="the store's region")
     # Secrets: never in reprs, errors, logs or manifests; workers take theirs from their environment.
-    access_key_id: Optional[str] = _secret("access key; unset: the boto3 chain")
-    secret_access_key: Optional[str] = _secret("secret key; unset: the boto3 chain")
+    access_key_id: Optional[str] = _secret("access key; unset: the boto3 chain", user=True)
+    secret_access_key: Optional[str] = _secret("secret key; unset: the boto3 chain", user=True)
 
 
 class SourceConfig(_Strict):
@@ -77,7 +89,8 @@ class SourceConfig(_Strict):
 
 class ParseConfig(_Strict):
     """Parsing documents, OCR of scanned PDF pages, and what one document may inflate to."""
-    ocr: Literal["auto", "off", "force"] = Field("auto", description="OCR of PDF pages (rapidocr on onnxruntime): "
+    ocr: Literal["auto", "off", "force"] = Field("auto", json_schema_extra=USER,
+                                                 description="OCR of PDF pages (rapidocr on onnxruntime): "
                                                  "auto: only pages without a text layer; force: every page; off: never")
     ocr_dpi: int = Field(300, ge=72, le=600,  # below ~250 dpi the bundled model drops word spaces
                          description="resolution a page is rendered at for OCR")
@@ -103,15 +116,17 @@ class DedupeConfig(_Strict):
 
 class AclRule(_Strict):
     """Groups for the files under a key prefix; a JSONL record's own acl only narrows them."""
-    prefix: str = Field(description="key prefix (see source.root for what the key is relative to)")
+    prefix: str = Field(json_schema_extra=USER, description="key prefix (see source.root for what the key is "
+                        "relative to)")
     # At least one group: an empty list would read as "public" downstream, so it is refused.
     groups: list[Annotated[str, StringConstraints(min_length=1, strip_whitespace=True)]] = Field(
-        min_length=1, description="groups allowed to see these files (at least one)")
+        min_length=1, json_schema_extra=USER, description="groups allowed to see these files (at least one)")
 
 
 class ChunkConfig(_Strict):
     """Chunking, counted in the model's own word pieces."""
-    chunk_tokens: int = Field(200, ge=16, le=254, description="word pieces of chunk text")
+    chunk_tokens: int = Field(200, ge=16, le=254, json_schema_extra=USER, description="word pieces of chunk text "
+                              "(with context_tokens and 2 special tokens, at most embed.max_length)")
     overlap_tokens: int = Field(32, ge=0, le=128, description="word pieces shared by neighbouring chunks")
     context_tokens: int = Field(40, ge=0, le=128, description="word pieces reserved for the \"title › section\" "
                                 "prefix")
@@ -135,7 +150,8 @@ EmbedProfileName = Literal["minilm", "fast", "minilm-q8", "bge-small", "e5-small
 class EmbedConfig(_Strict):
     """The embedding model (onnxruntime) and its conventions (a profile: transforms/ingest/profiles.py)."""
     profile: Optional[EmbedProfileName] = Field(
-        None, description="a named model and its conventions: minilm (the packaged all-MiniLM-L6-v2 int8; alias "
+        None, json_schema_extra=USER,
+        description="a named model and its conventions: minilm (the packaged all-MiniLM-L6-v2 int8; alias "
                           "fast), minilm-q8, bge-small, e5-small (the last three installed by make models); "
                           "unset: minilm")
     model_path: Optional[str] = Field(None, description="another BERT-family ONNX export (the profile gives its "
@@ -158,26 +174,25 @@ class EmbedConfig(_Strict):
     intra_op_threads: int = Field(0, ge=0, le=256, description="onnxruntime threads; 0: onnxruntime decides")
 
 
-class HnswConfig(_Strict):
-    """The HNSW index (DuckDB vss)."""
-    m: int = Field(16, ge=2, le=128, description="links per node")
-    ef_construction: int = Field(128, ge=8, le=2048, description="candidate list size while building")
-    ef_search: int = Field(64, ge=8, le=2048, description="candidate list size while searching")
-
-
 class ArtifactConfig(_Strict):
-    """The DuckDB artifact (chunks + HNSW + BM25) built for each version."""
-    build: bool = Field(True, description="build index.duckdb after the pipeline")
-    hnsw: HnswConfig = HnswConfig()
-    recall_sample: int = Field(200, ge=0, le=100000, description="probes for the HNSW recall@10 check stored with "
-                               "the artifact")
-    recall_questions: Optional[str] = Field(None, description="a question file (JSONL/CSV/Parquet) to probe HNSW "
-                                            "recall with; unset: the first sentence of recall_sample chunks")
+    """The segments built for each version (docs/index-layout.md)."""
+    build: bool = Field(True, description="build the version's segments after the pipeline (without them "
+                        "the version cannot be answered from until `ragbeam build-artifacts` builds them)")
+
+
+# Keys that configs written for an older ragbeam may still hold: refused like any unknown key,
+# with what became of them.
+REMOVED_KEYS = {
+    "artifacts.hnsw": "removed with the DuckDB HNSW index: segments are searched exactly; delete it",
+    "artifacts.recall_sample": "removed with the DuckDB HNSW index (no recall to measure); delete it",
+    "artifacts.recall_questions": "removed with the DuckDB HNSW index (no recall to measure); delete it",
+}
 
 
 class IndexConfig(_Strict):
     """Versions of the index."""
-    keep_versions: int = Field(3, ge=1, le=1000, description="versions kept (never the live one pruned)")
+    keep_versions: int = Field(3, ge=1, le=1000, json_schema_extra=USER,
+                               description="versions kept (never the live one pruned)")
     segment_max_chunks: int = Field(250_000, ge=1, description="chunks per segment at most: new rows are cut "
                                     "into ceil(n / this) equal segments; an answer worker holds one segment")
     merge_factor: int = Field(8, ge=2, le=100, description="tiered merge: once a size tier holds this many "
@@ -192,8 +207,8 @@ class RetrieveConfig(_Strict):
     """First-stage retrieval: dense and BM25 lists and their fusion."""
     dense_top_n: int = Field(50, ge=1, le=1000, description="dense candidates per question")
     bm25_top_n: int = Field(50, ge=1, le=1000, description="BM25 candidates per question")
-    mode: Literal["auto", "exact", "hnsw"] = Field("auto", description="dense search: every segment is "
-                                                   "searched exactly (auto = exact); hnsw is refused")
+    mode: Literal["auto", "exact"] = Field("auto", description="dense search: every segment is searched "
+                                           "exactly (auto = exact)")
     rrf_k: int = Field(60, ge=1, description="rrf: the rank constant")
     dense_weight: float = Field(1.0, ge=0, description="rrf: weight of the dense list")
     bm25_weight: float = Field(1.0, ge=0, description="rrf: weight of the BM25 list")
@@ -204,7 +219,8 @@ class RetrieveConfig(_Strict):
                                              "fusion_alpha) × BM25, each normalised by fusion_norm, a chunk missing "
                                              "from one list scored exactly there; rrf: reciprocal rank fusion")
     fusion_alpha: Optional[float] = Field(None, ge=0, le=1, description="convex: weight of the dense score; unset: "
-                                          "the one fitted for the embedding profile (minilm: 0.82)")
+                                          f"the one fitted for the embedding profile (minilm: "
+                                          f"{MINILM_FIT.fusion_alpha})")
     fusion_alpha_min: Optional[float] = Field(None, ge=0, le=1, description="convex: the dense weight when the dense "
                                               "list's top ten are level; it rises to fusion_alpha as the first hit leads "
                                               "(fuse.adaptive_alpha); equal to fusion_alpha: a fixed weight; unset: the "
@@ -214,8 +230,8 @@ class RetrieveConfig(_Strict):
                           "floor: the cosine above the question's last dense hit, stretched to 0..1, and BM25 as "
                           "bound; minmax, zscore, max: per-query normalisation; unset: the embedding profile's "
                           "(minilm: bound)")
-    bm25_k1: Optional[float] = Field(None, gt=0, description="BM25 k1; unset: the artifact's (1.2)")
-    bm25_b: Optional[float] = Field(None, ge=0, le=1, description="BM25 b; unset: the artifact's (0.75)")
+    bm25_k1: Optional[float] = Field(None, gt=0, description="BM25 k1; unset: 1.2")
+    bm25_b: Optional[float] = Field(None, ge=0, le=1, description="BM25 b; unset: 0.75")
 
 
 class RerankConfig(_Strict):
@@ -233,11 +249,15 @@ class RerankConfig(_Strict):
 
 class AnswerConfig(_Strict):
     """Answering: the extractive default (transforms/query/extract.py) or a generator backend."""
+    # answer.threshold's default with evidence: sentence (the fitted thresholds are the profile's)
+    SENTENCE_THRESHOLD: ClassVar[float] = 0.58
     kind: Literal["extractive", "openai", "bedrock"] = Field(
-        "extractive", description="extractive: sentences from the top chunks, one model call a question; openai: "
+        "extractive", json_schema_extra=USER,
+        description="extractive: sentences from the top chunks, one model call a question; openai: "
                                   "an OpenAI-compatible server (vLLM, llama.cpp, Ollama); bedrock: AWS Bedrock")
-    max_sentences: Optional[int] = Field(None, ge=1, le=20, description="sentences in an extractive answer, at most; "
-                                         "unset: the embedding profile's fit (minilm: 3)")
+    max_sentences: Optional[int] = Field(None, ge=1, le=20, json_schema_extra=USER,
+                                         description="sentences in an extractive answer, at most; "
+                                         f"unset: the embedding profile's fit (minilm: {MINILM_FIT.max_sentences})")
     top_chunks: int = Field(5, ge=1, le=50, description="chunks whose sentences are scored (and sources a "
                             "generator sees)")
     selection: Literal["rules", "model"] = Field(
@@ -252,17 +272,20 @@ class AnswerConfig(_Strict):
         "model", description="model: the probability that the chunks answer the question (a logistic model over "
                              "sentence and retrieval scores, fitted per embedding profile); sentence: the best sentence "
                              "score alone")
-    threshold: Optional[float] = Field(None, ge=-1, le=2, description="below it the answer is \"Not found in the "
+    threshold: Optional[float] = Field(None, ge=-1, le=2, json_schema_extra=USER,
+                                       description="below it the answer is \"Not found in the "
                                        "sources.\"; with selection model, in confidence units (unset: the fitted "
                                        "model's threshold); with rules, unset: the embedding profile's fitted "
-                                       "evidence threshold (minilm: 0.34), 0.58 for sentence")
+                                       f"evidence threshold (minilm: {MINILM_FIT.evidence_threshold}), "
+                                       f"{SENTENCE_THRESHOLD} for sentence")
     # Extractive selection; the defaults were picked on SQuAD by bench/studies/answer_fit.py.
     gap: float = Field(0.12, ge=0, le=2, description="a further sentence joins only if it scores within this of "
                        "the best")
     conflict_gap: float = Field(0.15, ge=0, le=2, description="sentences scoring within this of the best are read "
                                 "for competing numbers and dates (the answer's conflicts); 0 turns the check off")
     lexical_weight: Optional[float] = Field(None, ge=0, le=2, description="weight of the share of the question's "
-                                            "words a sentence holds; unset: the embedding profile's (minilm: 0.7)")
+                                            f"words a sentence holds; unset: the embedding profile's (minilm: "
+                                            f"{MINILM_FIT.lexical_weight})")
     lexical_idf: bool = Field(True, description="weigh the question's words by inverse document frequency")
     type_weight: float = Field(0.1, ge=0, le=2, description="bonus when the sentence holds the kind of span asked "
                                "for (year, number, percent, name)")
@@ -286,9 +309,9 @@ class AnswerConfig(_Strict):
     call_definitions_alone: int = Field(8, ge=0, le=1000, description="a call question scores up to this many "
                                         "descriptions of calls (those sharing most of its words) by the sentence's own "
                                         "vector, embedded when answering, not its late-chunked one; 0: off")
-    base_url: Optional[str] = Field(None, description="openai: the endpoint (http or https)")
-    model: Optional[str] = Field(None, description="openai, bedrock: the model name")
-    api_key: Optional[str] = _secret("openai: the API key")
+    base_url: Optional[str] = Field(None, json_schema_extra=USER, description="openai: the endpoint (http or https)")
+    model: Optional[str] = Field(None, json_schema_extra=USER, description="openai, bedrock: the model name")
+    api_key: Optional[str] = _secret("openai: the API key", user=True)
     region: Optional[str] = Field(None, description="bedrock: the AWS region")
     timeout_s: float = Field(30.0, gt=0, le=3600, description="seconds for one request to the generator backend")
     retries: int = Field(2, ge=0, le=10, description="extra attempts after a timeout or a retryable HTTP status")
@@ -348,8 +371,9 @@ class QuestionsConfig(_Strict):
 
 class OutputConfig(_Strict):
     """The answer file."""
-    format: Literal["jsonl", "parquet"] = Field("jsonl", description="the answer file's format")
-    retrieved_top_k: int = Field(10, ge=1, le=100, description="chunks listed in each answer's retrieved")
+    format: Literal["jsonl", "parquet"] = Field("jsonl", json_schema_extra=USER, description="the answer file's format")
+    retrieved_top_k: int = Field(10, ge=1, le=100, json_schema_extra=USER,
+                                 description="chunks listed in each answer record's retrieved list")
     shards: Optional[int] = Field(None, ge=1, le=100000, description="a fixed number of answer shards; unset: one "
                                   "shard per questions_per_shard questions")
     questions_per_shard: int = Field(10000, ge=1, le=10000000, description="questions in one answer shard (the "
@@ -376,7 +400,8 @@ class Config(_Strict):
     source: SourceConfig = SourceConfig()
     parse: ParseConfig = ParseConfig()
     dedupe: DedupeConfig = DedupeConfig()
-    acl: list[AclRule] = Field(default_factory=list, description="rules giving groups to files under a key prefix")
+    acl: list[AclRule] = Field(default_factory=list, json_schema_extra=USER,
+                               description="rules giving groups to files under a key prefix")
     chunk: ChunkConfig = ChunkConfig()
     contextualize: ContextualizeConfig = ContextualizeConfig()
     embed: EmbedConfig = EmbedConfig()
@@ -424,43 +449,38 @@ class Config(_Strict):
         return self._or_fit(self.retrieve.fusion_norm, "fusion_norm")
 
     @property
+    def answer_params(self):
+        """The extractive answerer's settings in force (transforms/query/answer_params.py)."""
+        from transforms.query.answer_params import answer_params
+        return answer_params(self)
+
+    # the answer settings in force that manifests, reports and resume fingerprints record
+    @property
     def lexical_weight(self) -> float:
-        return self._or_fit(self.answer.lexical_weight, "lexical_weight")
+        return self.answer_params.lexical_weight
 
     @property
     def max_sentences(self) -> int:
-        return self._or_fit(self.answer.max_sentences, "max_sentences")
+        return self.answer_params.max_sentences
 
     @property
     def evidence_model(self) -> Optional[tuple]:
-        return self.score_fit.evidence_model if self.answer.evidence == "model" else None
+        return self.answer_params.evidence_model
 
     @property
     def answer_model(self):
         """The fitted answer selection (selection.AnswerModel) when answer.selection is model, else None."""
-        name = self.score_fit.answer_model
-        if self.answer.selection != "model" or name is None:  # no model fitted on this profile's scores
-            return None
-        from transforms.query.selection import load_model
-        return load_model(name)
+        return self.answer_params.answer_model
 
     @property
     def confidence_model(self):
         """The embedding profile's fitted model (selection.AnswerModel) whose rules calibration gives
         a rules answer its confidence; None where none is fitted for the profile."""
-        name = self.score_fit.answer_model
-        if name is None or self.answer.selection != "rules":
-            return None
-        from transforms.query.selection import load_model
-        return load_model(name)
+        return self.answer_params.confidence_model
 
     @property
     def evidence_threshold(self) -> float:
-        if self.answer.threshold is not None:
-            return self.answer.threshold
-        if self.answer_model is not None:  # confidence units
-            return self.answer_model.threshold
-        return self.score_fit.evidence_threshold if self.answer.evidence == "model" else 0.58
+        return self.answer_params.threshold
 
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -555,13 +575,36 @@ def _origin(key: str, source: str, origins: Optional[dict]) -> str:
     return source
 
 
+def _nearest_key(loc: tuple) -> Optional[str]:
+    """The schema's key closest to an unknown one (a typo's intended name), or None."""
+    import difflib
+    import typing
+    model: Any = Config
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue  # a list entry: the list's item model was taken with its key
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return None
+        model = next((a for a in (field.annotation, *typing.get_args(field.annotation))  # a section, Optional or list
+                      if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if model is None:
+            return None
+    close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1)
+    return close[0] if close else None
+
+
 def _format_error(source: str, err: ValidationError, origins: Optional[dict] = None) -> str:
     from transforms.common.redact import redact_text
     lines = []
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
         if e["type"] == "extra_forbidden":
-            msg = "unknown key"
+            if key in REMOVED_KEYS:
+                msg = f"unknown key ({REMOVED_KEYS[key]})"
+            else:
+                near = _nearest_key(tuple(e["loc"]))
+                msg = "unknown key" + (f"; did you mean {near!r}?" if near else "")
         else:
             msg = e["msg"]
             if "input" in e and e["type"] != "missing":
@@ -676,17 +719,6 @@ def cross_field_errors(cfg: "Config") -> list[str]:
     if c.overlap_tokens >= c.chunk_tokens:
         errors.append(f"chunk.overlap_tokens: {c.overlap_tokens} must be smaller than chunk.chunk_tokens "
                       f"{c.chunk_tokens}")
-    if cfg.retrieve.mode == "hnsw":
-        errors.append("retrieve.mode: hnsw is not served: segments are searched exactly (one matrix product per "
-                      "segment beat HNSW 4x at 250k chunks here, bench/results/ann_vs_exact.md); expected auto or exact")
-    rq = cfg.artifacts.recall_questions
-    if rq and "://" not in rq and not os.path.isfile(rq):
-        errors.append(f"artifacts.recall_questions: file not found: {rq}")
-    elif rq:
-        lower = rq.lower()
-        if not lower.endswith((".jsonl", ".ndjson", ".json", ".csv", ".parquet", ".pq")):
-            errors.append(f"artifacts.recall_questions: cannot tell the format of {rq} "
-                          "(expected .jsonl, .csv or .parquet)")
     if cfg.gate is not None and "://" not in cfg.gate.dataset and not os.path.isdir(cfg.gate.dataset):
         errors.append(f"gate.dataset: directory not found: {cfg.gate.dataset}")
     if cfg.rerank.kind == "cross_encoder" and not cfg.rerank.model_dir:

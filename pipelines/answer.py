@@ -33,7 +33,7 @@ from configs.schema import Config
 from pipelines.options import pipeline_options
 from transforms.ingest.embed import model_spec_from_config
 from transforms.query.answer_stage import AnswerShardFn
-from transforms.query.question_pieces import plan_pieces, read_piece, shards_for
+from transforms.query.questions.pieces import plan_pieces, read_piece, shards_for
 from transforms.query.records import AnswerRecord, Question
 from transforms.query.shard_writer import ShardWriter
 
@@ -228,7 +228,7 @@ def run_answer(cfg: Config, index: str, questions: str, output: str, *, progress
     from transforms.common.lock import exclusive_lock
     from transforms.common.s3 import settings_from_config as s3_settings
     from transforms.query.output_guard import refuse_output_over_inputs
-    from transforms.query.question_file import inspect_question_file
+    from transforms.query.questions.file import inspect_question_file
 
     refuse_output_over_inputs(output, questions, index)  # before the lock file is made beside it
     # whole-file problems before any pipeline; the one look at the file that the rest shares

@@ -47,6 +47,23 @@ def _build_artifacts(args) -> int:
     return 0
 
 
+def _sql(args) -> int:
+    from pipelines.sql import run_sql
+
+    if args.beam_args:  # nothing of this command goes to Beam
+        print(f"error: unrecognized arguments for 'ragbeam sql': {' '.join(args.beam_args)}", file=sys.stderr)
+        return 2
+    from transforms.common.s3 import export_to_environment, is_s3, settings_from_config
+    if is_s3(args.index):  # object storage: endpoint and keys from the config and environment
+        export_to_environment(settings_from_config(load_config(args.config)))
+    got = run_sql(args.index, version=args.version, query=args.query, fmt=args.format,
+                  write_catalog=args.write_catalog)
+    if args.write_catalog:
+        print(f"catalog      {got['catalog']}: views {', '.join(got['views'])} over version {got['version']} "
+              f"({got['version_dir']})", file=sys.stderr if args.query else sys.stdout)
+    return 0
+
+
 def _answer(args) -> int:
     from pipelines.answer import run_answer
 
@@ -62,7 +79,7 @@ def _answer(args) -> int:
     from transforms.common.lock import BusyError
     from transforms.query.output_guard import OutputPathError
     from transforms.query.output_stats import OutputExistsError
-    from transforms.query.question_file import QuestionFileError
+    from transforms.query.questions.file import QuestionFileError
     try:
         summary = run_answer(cfg, args.index, args.questions, args.output, progress=not args.quiet,
                              beam_args=args.beam_args, overwrite=args.overwrite, trace=args.trace)
@@ -124,6 +141,14 @@ The S3 example needs the local S3 server (make demo-s3), the Flink one the local
     "build-artifacts": """examples:
   ragbeam build-artifacts --index out/index
   ragbeam build-artifacts --config configs/default.yaml --index out/index""",
+    "sql": """examples:
+  ragbeam sql --index out/index
+  ragbeam sql --index out/index --query "SELECT stage, reason, source_uri FROM dead_letters"
+  ragbeam sql --index out/index --format csv --write-catalog out/index.duckdb \\
+              --query "SELECT format, count(*) AS documents FROM documents GROUP BY format"
+
+Views: chunks, documents, dead_letters, near_duplicates, sources (the version's Parquet tables)
+and manifest; without --query it lists their columns. The catalog file opens in any DuckDB client.""",
     "answer": """examples:
   ragbeam answer --config configs/default.yaml --index out/index \\
                  --questions samples/questions.jsonl --output out/answers.jsonl --show 3
@@ -195,6 +220,17 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-unanswerable", action="store_true", help="skip the unanswerable-question pass")
     ev.add_argument("--quiet", action="store_true")
     ev.set_defaults(func=_eval)
+
+    sq = sub.add_parser("sql", help="query an index version's tables (chunks, documents, dead letters, ...) "
+                        "with DuckDB SQL", **_examples("sql"))
+    sq.add_argument("--config", default=None, help="YAML config (for an s3:// index: the endpoint and keys)")
+    sq.add_argument("--index", required=True, help="index dir (uses CURRENT) or a version dir, local or s3://")
+    sq.add_argument("--version", default=None, help="one of the index's published versions (default: CURRENT)")
+    sq.add_argument("--query", default=None, help="SQL to run over the views; without it, list the views")
+    sq.add_argument("--format", choices=["table", "csv", "json"], default="table", help="how --query's rows print")
+    sq.add_argument("--write-catalog", default=None, metavar="FILE.duckdb",
+                    help="write a DuckDB file holding the views (it reads the version's files in place)")
+    sq.set_defaults(func=_sql)
     return p
 
 

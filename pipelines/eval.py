@@ -9,8 +9,6 @@ import os
 import time
 from typing import Optional
 
-import numpy as np
-
 from configs.schema import Config
 from transforms.evaluation import metrics as M
 from transforms.evaluation.datasets import Dataset, DocLabels, load_dataset, sample_ids
@@ -81,14 +79,13 @@ def _evaluate(cfg: Config, ds: Dataset, report_dir: str, version_dir: str, index
     ev = Evaluator(version_dir, cfg)
     labels = DocLabels(version_dir, {d for q in ids for d in ds.qrels[q]})
     with_answers = bool(ds.answers) and unanswerable
-    per_q, records, qvec_all, t_ret, t_unans = [], [], [], 0.0, 0.0
+    per_q, records, t_ret, t_unans = [], [], 0.0, 0.0
     try:
         for i in range(0, len(ids), BATCH):
             batch = ids[i:i + BATCH]
             texts = [ds.queries[q] for q in batch]
             t = time.monotonic()
             qvecs = ev.engine.query_vectors(texts)
-            qvec_all.append(qvecs)
             runs = ev.run(texts, qvecs=qvecs)
             t_ret += time.monotonic() - t
             unans = [None] * len(batch)
@@ -102,9 +99,6 @@ def _evaluate(cfg: Config, ds: Dataset, report_dir: str, version_dir: str, index
                 per_q.append(question_record(qid, text, o, u, ds, labels, ev))
                 records.append(o["record"])
             log(f"  {len(per_q)}/{len(ids)} questions")
-        t = time.monotonic()
-        hnsw = ev.hnsw_recall(np.concatenate(qvec_all)[:300]) if qvec_all else None
-        timings["hnsw_s"] = time.monotonic() - t
         version = ev.engine.version
         judged = None
         if cfg.judge is not None:
@@ -114,7 +108,7 @@ def _evaluate(cfg: Config, ds: Dataset, report_dir: str, version_dir: str, index
     finally:
         ev.close()
     timings.update(retrieve_rerank_answer_s=t_ret, unanswerable_s=t_unans, total_s=time.monotonic() - t0)
-    report = summarize(per_q, ds, cfg, version_dir, version, hnsw, labels, timings, with_answers)
+    report = summarize(per_q, ds, cfg, version_dir, version, labels, timings, with_answers)
     if judged is not None:
         report["judge"] = judged
     if index_summary:

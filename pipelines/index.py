@@ -202,7 +202,7 @@ def plan_run(cfg: Config, input_uri: str, index_dir: str, spec: ModelSpec,
                           skip_hidden=cfg.source.skip_hidden)
     if is_s3(index_dir):
         export_to_environment(settings_from_config(cfg))
-        live = load_live(index_dir, scratch, with_artifact=cfg.gate is not None)
+        live = load_live(index_dir, scratch)
     else:
         live = load_live(index_dir) if os.path.isdir(index_dir) else None
     return make_plan(listed, live, processing_key(current_versions(cfg, spec)), cfg.source.full_hash)
@@ -404,7 +404,7 @@ def after_switch(cfg: Config, index_dir: str, version: str, cache_dir: str, summ
 
 def upload_driver_outputs(work_dir: str, out_dir: str, fetched: list[str]) -> None:
     """Make the staging prefix equal the driver's work dir: upload what the driver made (sources,
-    carried rows, artifact, manifest and summary last), drop what it consumed (sources_read)."""
+    carried rows, segment statistics, manifest and summary last), drop what it consumed (sources_read)."""
     made = sorted(os.path.relpath(os.path.join(d, f), work_dir).replace(os.sep, "/")
                   for d, _, files in os.walk(work_dir) for f in files)
     made_set, fetched_set = set(made), set(fetched)

@@ -36,12 +36,12 @@ from transforms.index.segment_stats import read_dead_df, rows_dead_df, write_ver
 from transforms.index.segment_store import SegmentMismatch, segment_files, segment_uri
 from transforms.index.segment_build import BuildSegmentFn, SplitShardFn, shard_of
 from transforms.index.segments import (IDS_FILE, KEYS_FILE, META_FILE, SEGMENTS_DIR, Segment, SegmentCorrupt,
-                                       SegmentFormatError)
+                                       SegmentFormatError, analysis_fingerprint)
 from transforms.index.shards import CHUNKS_DIR, shard_files
 
 PLAN_DIR = "_segments_plan"
 PIECES_DIR = "_segments_pieces"  # a full build's shards cut by segment, each shard read once
-REBUILD_DIR = "_segments_rebuild"  # the carried rows of corrupt live segments, built again as fresh rows
+REBUILD_DIR = "_segments_rebuild"  # the carried rows of corrupt or stale live segments, built again as fresh rows
 # what the driver reads of a segment: its key summary to tombstone (ids.arrow only for segments
 # built before keys.arrow, and for merges), vocabulary and lengths for the statistics, and the
 # postings of a segment with tombstones (their df); never vectors, sentences or text
@@ -127,22 +127,31 @@ def segment_version(index_dir: str, work_dir: str, out_dir: str, cfg, spec, live
                     live_dir: Optional[str] = None) -> dict:
     """Plan, build (in Beam) and list the version's segments. work_dir: the driver's local copy of
     the version; out_dir: the same version where workers read it (local or S3); shards: its shards
-    (transforms/index/incremental.VersionShards; without it the chunk shards are in work_dir's own
-    folder); live_dir: the live version (its tombstones)."""
+    (transforms/index/incremental.VersionShards; without it, those work_dir's manifest lists, none
+    fresh, or for a version without `tables` the chunk shards in work_dir's own folder); live_dir:
+    the live version (its tombstones)."""
     from pipelines.options import pipeline_options
     t0 = time.perf_counter()
     remote = is_s3(index_dir)
+    if shards is None:
+        shards = listed_shards(work_dir)
     src = _ChunkShards.listed(index_dir, work_dir, shards) if shards is not None else \
         _ChunkShards.in_folder(work_dir, out_dir)
     live_list = [dict(s) for s in (live_manifest or {}).get("segments") or []]  # (their tombstones cached in them)
     healthy: list[tuple[Segment, dict]] = []
-    corrupt = []
+    corrupt, stale = [], []
+    analysis = analysis_fingerprint()
     for s in live_list:
         try:
             seg = _driver_segment(index_dir, s["id"], PLAN_FILES, s.get("meta_sha256"))
         except (SegmentCorrupt, SegmentFormatError, SegmentMismatch) as e:
             log(f"ragbeam index: {str(e).split('; run `ragbeam')[0]}: building its rows again")
             corrupt.append(s["id"])
+            continue
+        if seg.meta.get("analysis") != analysis:  # terms or words of another analysis (or unrecorded): not reusable
+            log(f"ragbeam index: segment {seg.id} was analysed by another tokenizer, stemmer or stopword list: "
+                "building its rows again")
+            stale.append(seg.id)
             continue
         healthy.append((seg, s))
     sha_of = {s["id"]: s.get("meta_sha256") for s in live_list}
@@ -179,9 +188,9 @@ def segment_version(index_dir: str, work_dir: str, out_dir: str, cfg, spec, live
             else:
                 import shutil
                 shutil.rmtree(os.path.join(index_dir, SEGMENTS_DIR, sid), ignore_errors=True)
-        if live_segments:  # the carried rows no healthy segment holds are built again as fresh rows
-            held = [ids_of(sid).take(pa.array(np.setdiff1d(np.arange(n), dead))) for sid, n, dead in live_segments]
-            rebuild_files = _orphan_rows(src, pa.concat_arrays(held), work_dir, out_dir, remote)
+    if (corrupt or stale) and live_segments:  # the carried rows no reused segment holds: built again as fresh rows
+        held = [ids_of(sid).take(pa.array(np.setdiff1d(np.arange(n), dead))) for sid, n, dead in live_segments]
+        rebuild_files = _orphan_rows(src, pa.concat_arrays(held), work_dir, out_dir, remote)
     deletions = None
     if live_segments:
         files = [u for _, u in src.fresh] + rebuild_files
@@ -249,7 +258,8 @@ def segment_version(index_dir: str, work_dir: str, out_dir: str, cfg, spec, live
                  "meta_sha256": storage.sha256_file(os.path.join(s.dir, META_FILE))} for s, d, _ in listed]
     t_end = time.perf_counter()
     return {"segments": segments, "bm25": bm25,
-            "segment_plan": {**plan.summary(), "built_ids": [m["id"] for m in built], "rebuilt_corrupt": len(corrupt)},
+            "segment_plan": {**plan.summary(), "built_ids": [m["id"] for m in built], "rebuilt_corrupt": len(corrupt),
+                             "rebuilt_stale": len(stale)},
             "artifact_s": round(t_end - t0, 3), "plan_s": round(t_plan - t0, 3),
             "build_s": round(t_build - t_plan, 3), "stats_s": round(t_end - t_build, 3)}
 
@@ -262,7 +272,7 @@ class _Stemmer:
 
     def get(self):
         if self.con is None:
-            from transforms.index.artifacts import connect
+            from transforms.common.duck import connect
             self.con = connect(":memory:", memory_limit="256MB")
         return self.con
 
@@ -308,8 +318,8 @@ def _deletions_for_workers(deleted: dict[str, pa.Array], out_dir: str) -> Option
 
 
 def _orphan_rows(src: _ChunkShards, held: pa.Array, work_dir: str, out_dir: str, remote: bool) -> list[str]:
-    """Live rows of the version's other shards that no healthy live segment holds (they were in a
-    corrupt one), copied a batch at a time into one Parquet file the workers build from."""
+    """Live rows of the version's other shards that no reused live segment holds (they were in a
+    corrupt or stale one), copied a batch at a time into one Parquet file the workers build from."""
     local = os.path.join(work_dir, REBUILD_DIR, "rebuild-00000-of-00001.parquet")
     os.makedirs(os.path.dirname(local), exist_ok=True)
     writer, n = None, 0
@@ -336,6 +346,19 @@ def _orphan_rows(src: _ChunkShards, held: pa.Array, work_dir: str, out_dir: str,
         storage.upload_file(local, uri)
         return [uri]
     return [local]
+
+
+def listed_shards(version_dir: str, manifest: Optional[dict] = None):
+    """The shared shards a version's manifest lists (deletions included) as the shards of a run
+    that processed nothing again: none fresh, none gone; None for a version keeping its shards in
+    its own folder."""
+    manifest = manifest if manifest is not None else shard_store.read_manifest_at(version_dir)
+    if shard_store.listed_tables(manifest) is None:
+        return None
+    from transforms.index.incremental import VersionShards
+    tables = {t: shard_store.table_shards(version_dir, t, manifest) or shard_store.TableShards()
+              for t in shard_store.SHARED_TABLES}
+    return VersionShards(tables, {}, [], None)
 
 
 def live_segment_ids(index_dir: str, versions: list[str]) -> set[str]:
@@ -411,13 +434,7 @@ def rebuild_segments(cfg, index: str, log=lambda *_: None) -> dict:
         publish.clear_staging(index_dir)
         work = publish.staging_dir(index_dir, version)
         _copy_version(src_dir, work)
-        shards = None
-        if shard_store.listed_tables(manifest) is not None:  # the same shards, listed again
-            from transforms.index.incremental import VersionShards
-            tables = {t: shard_store.table_shards(src_dir, t, manifest) or shard_store.TableShards()
-                      for t in shard_store.SHARED_TABLES}
-            shards = VersionShards(tables, {}, [], None)
-        got = segment_version(index_dir, work, work, cfg, spec, None, log=log, shards=shards)
+        got = segment_version(index_dir, work, work, cfg, spec, None, log=log, shards=listed_shards(src_dir, manifest))
         manifest.update(version=version, segments=got["segments"], bm25=got["bm25"],
                         tombstones=sum(s["deleted"] for s in got["segments"]), rebuilt_from=src_name)
         storage.write_json(os.path.join(work, "manifest.json"), manifest)

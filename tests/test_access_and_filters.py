@@ -142,3 +142,25 @@ def test_question_acl_and_filters_through_the_answer_job_jsonl_and_csv(acl_index
         _check_answers(outs[name], chunks)
     strip = lambda recs: sorted((r["id"], r["answer"], json.dumps(r["retrieved"])) for r in recs)  # noqa: E731
     assert strip(outs["csv"]) == strip(outs["jsonl"])  # the same questions, whatever the file format
+
+
+def test_row_masks_follow_access_groups_and_json_metadata_in_chunk_id_order():
+    """build_filter_mask, as a segment asks it: rows (chunk_id, acl, metadata), one bool a row
+    in chunk_id order; empty acl = public; metadata compared as JSON values (3 != "3")."""
+    import numpy as np
+    import pyarrow as pa
+    from transforms.query.retrieve import build_filter_mask
+
+    n = 30
+    order = np.random.default_rng(0).permutation(n).tolist()  # rows out of order: the mask must not care
+    rows = pa.table({"chunk_id": [f"c{i:05d}" for i in order],
+                     "acl": [["staff"] if i == 11 else [] for i in order],
+                     "metadata": [json.dumps({"product": "alpha" if i % 2 else "beta", "tier": i % 3})
+                                  for i in order]})
+    public = build_filter_mask(rows, None)
+    assert not public[11] and public.sum() == n - 1
+    assert build_filter_mask(rows, ["eng", "staff"]).all()
+    m = build_filter_mask(rows, ["staff"], {"product": "alpha", "tier": 1})
+    assert (m == np.array([(i % 2 == 1) and (i % 3 == 1) for i in range(n)])).all()
+    assert not build_filter_mask(rows, ["staff"], {"tier": "1"}).any()  # JSON types matter
+    assert not build_filter_mask(rows, ["staff"], {"missing": "x"}).any()

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from transforms.query.answer import (EXTRACTIVE_NOT_FOUND, GENERATOR_NOT_FOUND, SYSTEM_PROMPT,
-                               AnswerResult, BedrockClient, ExtractiveAnswerer,
+                               AnswerResult, BedrockClient,
                                GeneratorAnswerer, OpenAICompatibleClient, build_prompt)
+from transforms.query.extract import SentenceAnswerer
 from transforms.query.cite import check_citations, parse_citations
 from tests.fake_chat import chat_server
 from transforms.query.records import Candidate
@@ -143,7 +144,7 @@ def assert_grounded(r: AnswerResult, cands):
 
 def test_extractive_answers_from_chunk_2_and_not_found(embedder):
     counting = CountingEmbedder(embedder)
-    ans = ExtractiveAnswerer(counting, max_sentences=2)
+    ans = SentenceAnswerer(counting, max_sentences=2)  # chunks without stored vectors: embedded here
     qs = ["How do I create missing parent directories with pathlib?",
           "Who won the 1998 football world cup?"]
     found, missing = ans.answer(qs, [CHUNKS, CHUNKS])
@@ -155,7 +156,7 @@ def test_extractive_answers_from_chunk_2_and_not_found(embedder):
     assert found.evidence_score > 0.6
     assert_grounded(found, CHUNKS)
     assert missing.status == "not_found" and missing.answer == EXTRACTIVE_NOT_FOUND
-    assert missing.citations == [] and missing.evidence_score < ans.threshold
+    assert missing.citations == [] and missing.evidence_score < ans.p.threshold
 
 
 def test_extractive_numbers_chunks_and_strips_footnotes(embedder):
@@ -163,7 +164,7 @@ def test_extractive_numbers_chunks_and_strips_footnotes(embedder):
                   "Rivers", "rivers", 1),
              cand(8, "The Nile flows north through Egypt into the Mediterranean Sea.", "Nile",
                   "nile", 2)]
-    r, = ExtractiveAnswerer(embedder, max_sentences=3, margin=0.5).answer(
+    r, = SentenceAnswerer(embedder, max_sentences=3, gap=0.5).answer(
         ["Which direction does the Nile flow?"], [cands])
     assert r.status == "answered"
     assert parse_citations(r.answer) == [1, 2]
@@ -207,7 +208,7 @@ def test_embedding_reranker_moves_the_right_chunk_up(embedder):
     only = SentenceEmbeddingReranker(counting, first_stage_weight=0.0).rerank(q[:1], [RERANK_CHUNKS],
                                                                                cache=cache)
     assert only[0][0].chunk_id == "c4"
-    r, = ExtractiveAnswerer(counting).answer(q[:1], only, cache=cache)
+    r, = SentenceAnswerer(counting).answer(q[:1], only, cache=cache)
     assert counting.calls == 1
     assert "copytree" in r.answer and r.citations[0]["chunk_id"] == "c4"
     blend = SentenceEmbeddingReranker(embedder, fusion="blend", top_sentences=2, chunk_weight=0.5)
@@ -421,7 +422,8 @@ def test_chunk_weight_uses_stored_embeddings(embedder):
 
 
 def test_sentence_kinds_question_forms_and_restatements():
-    from transforms.query.extract import content_words, kind_fits, question_form, restates, sentence_kind
+    from transforms.common.words import content_words
+    from transforms.query.extract import kind_fits, question_form, restates, sentence_kind
     assert sentence_kind("| Python | JSON |\n|---|---|\n| dict | object |") == "table"
     assert sentence_kind("021 | 17 | 11 | DC1 (device control 1) | 121 | 81") == "table"
     assert sentence_kind("fnmatch.fnmatch(filename, pattern)") == "code"
@@ -450,7 +452,8 @@ def test_sentence_kinds_question_forms_and_restatements():
 
 
 def test_call_questions_match_identifier_parts_and_read_further_definitions(embedder):
-    from transforms.query.extract import SentenceAnswerer, SentenceParams, call_words, content_words, loose_overlap
+    from transforms.common.words import content_words
+    from transforms.query.extract import SentenceAnswerer, SentenceParams, call_words, loose_overlap
     assert {"named", "temporary", "file"} <= call_words(">>> f = NamedTemporaryFile(delete=False)")
     assert {"set", "interval", "token", "urlsafe"} <= call_words("setInterval() and secrets.token_urlsafe()")
     q = content_words("How do I serialize a Python object to a JSON formatted string?")

@@ -3,6 +3,7 @@ error, busy index, 4 gate refused), secrets kept out of every file a run writes,
 `build-artifacts` rebuilding the segments from the shards."""
 import json
 import os
+import shlex
 import shutil
 
 import duckdb
@@ -160,10 +161,10 @@ def _examples(help_text: str) -> list[list[str]]:
     """The example command lines at the end of a --help, continuation lines joined, split."""
     tail = help_text.split("\nexamples:\n", 1)[1]
     joined = tail.replace("\\\n", " ")
-    return [line.split() for line in joined.splitlines() if line.strip().startswith("ragbeam ")]
+    return [shlex.split(line) for line in joined.splitlines() if line.strip().startswith("ragbeam ")]
 
 
-@pytest.mark.parametrize("name", ["ragbeam", "index", "build-artifacts", "answer", "eval"])
+@pytest.mark.parametrize("name", ["ragbeam", "index", "build-artifacts", "answer", "eval", "sql"])
 def test_every_help_ends_with_real_examples(name):
     from pipelines.cli import build_parser
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -186,7 +187,7 @@ def test_a_mistyped_command_suggests_the_nearest_and_exits_2(capsys):
     assert "unknown command 'anwser'; did you mean 'answer'?" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         main(["frobnicate"])
-    assert e.value.code == 2 and "choose from index, build-artifacts, answer, eval" in capsys.readouterr().err
+    assert e.value.code == 2 and "choose from index, build-artifacts, answer, eval, sql" in capsys.readouterr().err
 
 
 def test_a_mistyped_flag_suggests_the_nearest_and_exits_2(capsys):

@@ -1,4 +1,6 @@
 """Config validation: a bad line names its key and what was expected."""
+import re
+
 import pytest
 
 from configs.schema import DEFAULT_CONFIG, ConfigError, load_config
@@ -27,6 +29,17 @@ def test_default_config_loads_and_runs_locally():
 ])
 def test_bad_values_name_the_key(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_config(write(tmp_path, text), environ={})
+
+
+@pytest.mark.parametrize("text, message", [
+    ("retrieve: {dense_topn: 3}", "retrieve.dense_topn: unknown key; did you mean 'dense_top_n'?"),
+    ("anwser: {kind: extractive}", "anwser: unknown key; did you mean 'answer'?"),
+    ("acl: [{prefx: hr/, groups: [hr]}]", "acl.0.prefx: unknown key; did you mean 'prefix'?"),
+    ("gate: {dataset: /tmp, metrik: ndcg@10}", "gate.metrik: unknown key; did you mean 'metric'?"),
+])
+def test_an_unknown_key_is_refused_with_the_nearest_known_name(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(write(tmp_path, text), environ={})
 
 
@@ -94,7 +107,6 @@ def _example_expectations():
             (c.source.full_hash, False), ((c.chunk.chunk_tokens, c.chunk.overlap_tokens, c.chunk.context_tokens),
                                           (200, 32, 40)),
             (c.contextualize.kind, "title_path"), (c.embed.batch_size, 8), (c.artifacts.build, True),
-            ((c.artifacts.hnsw.m, c.artifacts.hnsw.ef_construction, c.artifacts.hnsw.ef_search), (16, 128, 64)),
             (c.index.keep_versions, 3), (c.retrieve.mode, "auto"), (c.retrieve.rrf_k, 60),
             (c.rerank.kind, "none"), (c.answer.kind, "extractive"), (c.answer.evidence, "model"),
             (c.answer.threshold, None), (c.evidence_threshold, 0.34),
@@ -154,7 +166,16 @@ def test_example_configs_name_the_variables_they_need():
         assert "dataflow-secret" not in text and "AKIA-dataflow" not in text
 
 
-def test_hnsw_mode_is_refused_at_load_with_the_key_named():
+def test_hnsw_settings_of_older_configs_are_refused_with_what_became_of_them(tmp_path):
     from configs.schema import ConfigError, load_config
-    with pytest.raises(ConfigError, match="retrieve.mode: hnsw is not served: segments are searched exactly"):
+    with pytest.raises(ConfigError, match=r"retrieve\.mode: Input should be 'auto' or 'exact' \(got 'hnsw'\)"):
         load_config(environ={"RAGBEAM__RETRIEVE__MODE": "hnsw"})
+    old = tmp_path / "old.yaml"
+    old.write_text("artifacts: {build: true, hnsw: {m: 16}, recall_sample: 200}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(old), environ={})
+    lines = str(e.value).splitlines()
+    assert len(lines) == 2 and all("segments are searched exactly" in l or "no recall to measure" in l
+                                   for l in lines), lines
+    assert lines[0].endswith("artifacts.hnsw: unknown key (removed with the DuckDB HNSW index: segments are "
+                             "searched exactly; delete it)")

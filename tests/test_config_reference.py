@@ -61,3 +61,17 @@ def test_check_mode_reports_a_stale_page(tmp_path, capsys):
     stale.write_text("old\n")
     assert reference.main(["--check", "--out", str(stale)]) == 1
     assert reference.main(["--out", str(stale)]) == 0 and reference.main(["--check", "--out", str(stale)]) == 0
+
+
+def test_the_user_section_is_about_twenty_documented_keys_and_comes_first():
+    users = reference.user_keys()
+    assert 15 <= len(users) <= 25, [k["path"] for k in users]
+    undocumented = [k["path"] for k in users if len(k["meaning"].split()) < 3]
+    assert not undocumented, f"describe these user keys in configs/schema.py: {undocumented}"
+    page = reference.render()
+    user_part, expert_part = page.split("\n## User settings\n")[1].split("\n## Expert settings\n")
+    for k in reference.keys():
+        row = f"| `{k['path']}` |"
+        assert (row in user_part, row in expert_part) == (k["user"], not k["user"]), k["path"]
+    # every section keeps its heading (docs link to #runner, #s3, ...), its user keys named there
+    assert all(f"### `{section}`" in expert_part for section, _ in reference._sections())

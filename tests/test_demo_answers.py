@@ -15,7 +15,7 @@ from conftest import SAMPLES, copy_corpus
 from transforms.index import publish
 from transforms.ingest.embed import model_spec_from_config
 from transforms.query.engine import QAEngine
-from transforms.query.questions import read_questions
+from transforms.query.questions.read import read_questions
 
 QUESTIONS = SAMPLES.parent / "questions.jsonl"
 FULL = bool(os.environ.get("RAGBEAM_DEMO_FULL"))

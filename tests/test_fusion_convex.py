@@ -1,10 +1,10 @@
-"""Score-aware (convex) fusion and the exact BM25 fill it uses."""
+"""Score-aware (convex) fusion."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from transforms.query.fuse import bm25_scores_for, convex_fuse, normalise
+from transforms.query.fuse import convex_fuse, normalise
 
 
 def test_normalise_kinds():
@@ -44,45 +44,6 @@ def test_convex_fill_scores_missing_side_exactly():
 def test_ties_break_by_chunk_no():
     f = convex_fuse([5, 4], [0.5, 0.5], [], [], alpha=1.0)
     assert [c for c, _ in f] == [4, 5]
-
-
-def test_bm25_fill_matches_index_scores(tmp_path):
-    from transforms.index.artifacts import build_artifact, open_artifact
-    from transforms.query.retrieve import BM25Index
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from transforms.records import chunk_schema
-    CHUNK_SCHEMA = chunk_schema(384)
-
-    texts = ["the cat sat on the mat", "dogs chase cats", "a mat for a dog", "quantum physics of cats and dogs"]
-    rows = [{"chunk_id": f"c{i}", "doc_id": f"d{i}", "content_hash": "h", "ordinal": 0, "source_uri": "u",
-             "source_uris": ["u"], "title": "t", "heading_path": [], "page": None, "text": t, "context": "",
-             "n_tokens": 5, "embedding": np.eye(384, dtype=np.float32)[i], "model_id": "m", "model_sha256": "s",
-             "chunker_version": "1", "acl": [], "metadata": "{}", "indexed_at": None,
-             "sentence_starts": None, "sentence_ends": None, "sentence_vectors": None}
-            for i, t in enumerate(texts)]
-    pq.write_table(pa.Table.from_pylist(rows, schema=CHUNK_SCHEMA), tmp_path / "c.parquet")
-    build_artifact([str(tmp_path / "c.parquet")], str(tmp_path / "a.duckdb"), with_hnsw=False)
-    con = open_artifact(str(tmp_path / "a.duckdb"))
-    bm = BM25Index(con)
-    q = ["cat dog mat"]
-    q_of, docs, s = bm.scores(q)
-    got = bm25_scores_for(bm, bm.query_terms(q)[0], np.arange(4))
-    want = np.zeros(4)
-    want[docs] = s
-    np.testing.assert_allclose(got, want, rtol=1e-6)
-    # the bound: no chunk scores above it, and a query of one term reaches it in that term's best chunk
-    queries = ["cat dog mat", "cats", "quantum dogs mat", "mat", "zebra quokka", "mat zebra"]
-    bounds = bm.bounds(queries)
-    for query, bound in zip(queries, bounds):
-        assert (bm25_scores_for(bm, bm.query_terms([query])[0], np.arange(4)) <= bound + 1e-6).all()
-    best_mat = bm25_scores_for(bm, bm.query_terms(["mat"])[0], np.arange(4)).max()
-    assert np.isclose(best_mat, bounds[3])
-    # words the index never saw still count in the bound: a question mostly about something
-    # else cannot reach full coverage through its one known word
-    assert np.isclose(bounds[4], 2 * bm.unseen_term_weight) and bm.unseen_term_weight > 0
-    assert np.isclose(bounds[5], best_mat + bm.unseen_term_weight)
-    con.close()
 
 
 def test_bound_norm_keeps_scores_on_a_fixed_scale():

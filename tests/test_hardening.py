@@ -118,7 +118,7 @@ def test_13_links_out_of_the_root_can_be_allowed(hostile_corpus):
 
 
 def test_03_a_csv_field_over_128_kib_is_one_error_record(tmp_path):
-    from transforms.query.questions import read_questions
+    from transforms.query.questions.read import read_questions
     p = tmp_path / "q.csv"
     with open(p, "w", newline="") as f:
         w = csv.writer(f)
@@ -149,7 +149,7 @@ def test_04_05_bad_filters_and_acl_fail_only_their_question_and_keep_the_id(mini
 
 
 def test_05_unreadable_csv_filters_keep_the_id(tmp_path):
-    from transforms.query.questions import read_questions
+    from transforms.query.questions.read import read_questions
     p = tmp_path / "q.csv"
     p.write_text('id,question,filters,acl\nq1,What?,{not json,\nq2,What?,,\n')
     recs = list(read_questions(str(p)))
@@ -209,7 +209,7 @@ def test_08_a_resumed_run_counts_the_whole_output(mini_index, test_config, tmp_p
 
 
 def test_09_an_unclosed_quote_is_reported_and_every_row_is_accounted_for():
-    from transforms.query.questions import read_questions
+    from transforms.query.questions.read import read_questions
     recs = list(read_questions(str(HOSTILE / "unclosed_quote.csv")))
     assert len(recs) == 3  # three data rows in, three records out
     by_id = _errors_by_id(recs)
@@ -384,7 +384,6 @@ runner: {options: {s3_secret_access_key: hunter22, temp_location: 's3://k:v@b/tm
                                 "= 242 exceeds embed.max_length 16"),
     ("chunk: {chunk_tokens: 254, context_tokens: 128}", "exceeds embed.max_length 256"),
     ("chunk: {chunk_tokens: 32, overlap_tokens: 32}", "chunk.overlap_tokens: 32 must be smaller"),
-    ("artifacts: {recall_questions: /nonexistent/q.jsonl}", "artifacts.recall_questions: file not found"),
     ("answer: {kind: openai}", "answer.base_url: required when answer.kind is openai"),
     ("rerank: {kind: cross_encoder}", "rerank.model_dir: required"),
     ("gate: {dataset: /nonexistent/set}", "gate.dataset: directory not found"),
@@ -417,24 +416,3 @@ def test_any_known_runner_or_a_runner_class_is_accepted(tmp_path):
         cfg = load_config(write(tmp_path, f"runner: {{name: {name}, options: {{streaming: true, "
                                           "project: p, flink_master: 'localhost:8081'}}"), environ={})
         assert cfg.runner.name == name
-
-
-# --- also: HNSW recall on an index with fewer than k chunks -----------------------------------
-
-def test_hnsw_recall_on_a_tiny_index_divides_by_min_k_n(tmp_path):
-    import numpy as np
-    import pyarrow as pa
-    from tests.test_artifacts import CHUNK_SCHEMA, _rows
-    from transforms.index.artifacts import build_artifact, open_artifact
-    from transforms.query.retrieve import hnsw_recall_at_k
-    rows = _rows(np.random.default_rng(0))[:4]
-    f = str(tmp_path / "chunks.parquet")
-    pq.write_table(pa.Table.from_pylist(rows, schema=CHUNK_SCHEMA), f)
-    db = str(tmp_path / "a.duckdb")
-    build_artifact([f], db, hnsw_m=16, hnsw_ef_construction=128, hnsw_ef_search=64)
-    con = open_artifact(db)
-    try:
-        q = np.array([r["embedding"] for r in rows], np.float32)
-        assert hnsw_recall_at_k(con, q, k=10) == 1.0  # 4 of 4, not 4 of 10
-    finally:
-        con.close()

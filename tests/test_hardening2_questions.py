@@ -22,13 +22,13 @@ BIG = 20 * 1024 * 1024
 
 
 def _read(path, **kw):
-    from transforms.query.questions import read_questions
+    from transforms.query.questions.read import read_questions
     return list(read_questions(str(path), **kw))
 
 
 def _pieces(path, piece_bytes=4096, **kw):
-    from transforms.query.question_file import describe_question_file
-    from transforms.query.question_pieces import plan_pieces, read_piece
+    from transforms.query.questions.file import describe_question_file
+    from transforms.query.questions.pieces import plan_pieces, read_piece
     pieces, n = plan_pieces(describe_question_file(str(path)), piece_bytes=piece_bytes, **kw)
     return [r for p in pieces for r in read_piece(p)], n
 

@@ -97,7 +97,7 @@ def _question_file(tmp_path, name: str, data: bytes) -> str:
 @pytest.mark.parametrize("encoding", sorted(BOMS.keys() - {"utf-8-sig"}) + ["utf-16-le-no-bom"])
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
 def test_a_utf16_or_utf32_question_file_is_refused_whole_naming_its_encoding(tmp_path, encoding, fmt):
-    from transforms.query.question_file import QuestionFileError, inspect_question_file
+    from transforms.query.questions.file import QuestionFileError, inspect_question_file
     text = ('{"id": "q1", "question": "What is glob?"}\n{"id": "q2", "question": "What is fnmatch?"}\n'
             if fmt == "jsonl" else "id,question\nq1,What is glob?\nq2,What is fnmatch?\n")
     data = text.encode("utf-16-le") if encoding.endswith("no-bom") else _encode(text, encoding)
@@ -108,8 +108,8 @@ def test_a_utf16_or_utf32_question_file_is_refused_whole_naming_its_encoding(tmp
 
 
 def test_a_utf8_question_file_with_a_byte_order_mark_is_still_read(tmp_path):
-    from transforms.query.question_file import inspect_question_file
-    from transforms.query.questions import read_questions
+    from transforms.query.questions.file import inspect_question_file
+    from transforms.query.questions.read import read_questions
     uri = _question_file(tmp_path, "q.csv", "id,question\nq1,What is glob?\n".encode("utf-8-sig"))
     inspect_question_file(uri)
     assert [(q.id, q.question) for q in read_questions(uri)] == [("q1", "What is glob?")]
@@ -173,7 +173,7 @@ def test_c1_characters_in_utf8_text_become_the_cp1252_characters_they_stood_for(
 
 
 def test_a_question_line_that_is_not_utf8_reads_as_cp1252(tmp_path):
-    from transforms.query.questions import read_questions
+    from transforms.query.questions.read import read_questions
     line = '{"id": "q1", "question": "What does “glob” cost in €?"}\n'.encode("cp1252")
     uri = _question_file(tmp_path, "q.jsonl", line)
     (q,) = read_questions(uri)
@@ -306,7 +306,7 @@ CSV_TEXT = st.text(alphabet=list("abcdefgh XYZ0123,;\"'\n?é"), min_size=1, max_
 @given(questions=st.lists(CSV_TEXT, min_size=1, max_size=10), extra=st.booleans(),
        quoting=st.sampled_from([csv.QUOTE_MINIMAL, csv.QUOTE_ALL, csv.QUOTE_NONNUMERIC]))
 def test_a_well_formed_csv_question_file_gives_each_row_as_written(tmp_path_factory, questions, extra, quoting):
-    from transforms.query.questions import read_questions
+    from transforms.query.questions.read import read_questions
     p = tmp_path_factory.mktemp("q") / "q.csv"
     with open(p, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f, quoting=quoting)
@@ -323,7 +323,7 @@ def test_a_well_formed_csv_question_file_gives_each_row_as_written(tmp_path_fact
     ["What is glob?", "x,y", "a, b, c", "plain"]), min_size=0, max_size=5))
 def test_a_quote_that_never_closes_is_the_one_error_and_every_row_is_accounted_for(
         tmp_path_factory, before, after):
-    from transforms.query.questions import read_questions
+    from transforms.query.questions.read import read_questions
     from transforms.query.records import InputError
     p = tmp_path_factory.mktemp("q") / "q.csv"
     buf = io.StringIO()
@@ -348,9 +348,9 @@ def test_a_quote_that_never_closes_is_the_one_error_and_every_row_is_accounted_f
 @pytest.mark.parametrize("typ", [pa.int8(), pa.int32(), pa.int64(), pa.uint16(), pa.float64(),
                                  pa.decimal128(10, 0)])
 def test_a_numeric_parquet_question_column_is_read_as_text(tmp_path, typ):
-    from transforms.query.question_file import inspect_question_file
-    from transforms.query.question_pieces import plan_pieces, read_piece
-    from transforms.query.questions import read_questions
+    from transforms.query.questions.file import inspect_question_file
+    from transforms.query.questions.pieces import plan_pieces, read_piece
+    from transforms.query.questions.read import read_questions
     import decimal
     values = [42, 7, None] if not pa.types.is_decimal(typ) else [decimal.Decimal(42), decimal.Decimal(7), None]
     path = tmp_path / "q.parquet"
@@ -365,7 +365,7 @@ def test_a_numeric_parquet_question_column_is_read_as_text(tmp_path, typ):
 @pytest.mark.parametrize("columns", [{"question": ["q?"]}, {"ident": ["a"], "question": ["q?"]},
                                      {"text": ["q?"], "qid": [1]}])
 def test_a_parquet_question_file_without_an_id_column_is_refused_whole(tmp_path, columns):
-    from transforms.query.question_file import QuestionFileError, inspect_question_file
+    from transforms.query.questions.file import QuestionFileError, inspect_question_file
     path = tmp_path / "q.parquet"
     pq.write_table(pa.table(columns), path)
     with pytest.raises(QuestionFileError, match="no `id` column"):

@@ -1,5 +1,6 @@
-"""The package layout: every module imports, nothing in transforms/ imports pipelines/,
-and the import graph (function-level imports included) has no cycles."""
+"""The package layout: every module imports, nothing in transforms/ imports pipelines/, nothing
+under transforms/index imports transforms/query, and the import graph (function-level imports
+included) has no cycles."""
 from __future__ import annotations
 
 import ast
@@ -55,6 +56,14 @@ def test_every_module_imports(module):
 def test_transforms_never_import_pipelines():
     bad = sorted((m, t) for m, ts in GRAPH.items() if m.startswith("transforms") for t in ts
                  if t.startswith("pipelines"))
+    assert not bad, bad
+
+
+def test_index_never_imports_query():
+    """The index side builds what the query side reads: nothing under transforms/index imports
+    transforms/query (shared text utilities live in transforms/common)."""
+    bad = sorted((m, t) for m, ts in GRAPH.items() if m.startswith("transforms.index")
+                 for t in ts if (t + ".").startswith("transforms.query."))
     assert not bad, bad
 
 

@@ -84,7 +84,7 @@ def nightly(tmp_path_factory, test_config):
     second = run_index(test_config, str(src), str(idx), progress=False, log=quiet)
     fresh = root / "fresh"
     run_index(test_config, str(src), str(fresh), progress=False, log=quiet)
-    return {"idx": idx, "fresh": fresh, "before": before, "second": second, "cfg": test_config}
+    return {"idx": idx, "fresh": fresh, "before": before, "second": second, "cfg": test_config, "src": src}
 
 
 def test_the_nightly_lists_unchanged_shards_by_name_and_writes_only_new_ones(nightly):
@@ -251,3 +251,39 @@ def test_the_nightly_counts_tombstoned_terms_from_the_rows_as_the_postings_do(ni
         seg = Segment(os.path.join(idx, "segments", s["id"]))
         dead = np.load(os.path.join(vdir, "segment_stats", s["id"], "dead.npy"))
         assert np.array_equal(read_dead_df(vdir, s["id"], int(seg.meta["terms"])), dead_df(seg, dead)), s["id"]
+
+
+def test_a_segment_of_another_analysis_is_built_again_from_the_listed_shards(nightly, tmp_path):
+    """A live segment analysed otherwise (here: one from before the analysis fingerprint) that
+    holds tombstones: the next run builds its live rows again from the shared shards, the
+    version's deletions applied, so each live row is in one segment once and the answers are a
+    fresh index's."""
+    import hashlib
+
+    import numpy as np
+    from transforms.index.segments import Segment
+    idx = tmp_path / "idx"
+    shutil.copytree(nightly["idx"], idx)
+    m = manifest(idx)
+    stale = next(s for s in m["segments"] if s["deleted"])
+    meta_path = idx / "segments" / stale["id"] / "segment.json"
+    meta = json.loads(meta_path.read_text())
+    meta.pop("analysis")
+    meta_path.write_text(json.dumps(meta, indent=1))
+    stale["meta_sha256"] = hashlib.sha256(meta_path.read_bytes()).hexdigest()
+    with open(os.path.join(publish.resolve_index(str(idx)), "manifest.json"), "w", encoding="utf-8") as f:
+        json.dump(m, f)
+    logs = []
+    run_index(nightly["cfg"], str(nightly["src"]), str(idx), progress=False, log=logs.append)
+    assert sum(stale["id"] in line and "another tokenizer" in line for line in logs) == 1, logs
+    after, vdir = manifest(idx), publish.resolve_index(str(idx))
+    assert stale["id"] not in {s["id"] for s in after["segments"]}
+    held = []
+    for s in after["segments"]:
+        ids = Segment(os.path.join(idx, "segments", s["id"])).chunk_ids().to_pylist()
+        dead = set(np.load(os.path.join(vdir, "segment_stats", s["id"], "dead.npy")).tolist())
+        held += [c for i, c in enumerate(ids) if i not in dead]
+    live = [r["chunk_id"] for r in rows(idx, "chunks")]
+    assert sorted(held) == sorted(live) and sum(s["live"] for s in after["segments"]) == len(live)
+    assert rows(idx, "chunks") == rows(nightly["fresh"], "chunks")
+    assert answers(idx, nightly["cfg"]) == answers(nightly["fresh"], nightly["cfg"])

@@ -59,7 +59,7 @@ def test_jsonl_parser_accounts_for_every_line(lines):
 @SETTINGS
 @given(records=st.lists(st.one_of(RECORD, JSON_VALUES), max_size=15))
 def test_jsonl_question_reader_accounts_for_every_line(tmp_path_factory, records):
-    from transforms.query.questions import read_questions
+    from transforms.query.questions.read import read_questions
     p = tmp_path_factory.mktemp("q") / "q.jsonl"
     p.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     out = list(read_questions(str(p)))
@@ -74,7 +74,7 @@ def test_jsonl_question_reader_accounts_for_every_line(tmp_path_factory, records
 @SETTINGS
 @given(data=st.binary(max_size=3000))
 def test_csv_and_jsonl_question_readers_never_raise_on_arbitrary_bytes(tmp_path_factory, data):
-    from transforms.query.questions import read_questions
+    from transforms.query.questions.read import read_questions
     d = tmp_path_factory.mktemp("q")
     for name in ("q.csv", "q.jsonl"):
         (d / name).write_bytes(data)
@@ -89,7 +89,7 @@ CELL = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30
 @given(rows=st.lists(st.tuples(CELL, CELL, CELL), min_size=1, max_size=12))
 def test_well_formed_csv_gives_one_record_per_row(tmp_path_factory, rows):
     import csv
-    from transforms.query.questions import read_questions
+    from transforms.query.questions.read import read_questions
     p = tmp_path_factory.mktemp("q") / "q.csv"
     with open(p, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)

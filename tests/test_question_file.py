@@ -7,9 +7,9 @@ import json
 import pytest
 
 import transforms.common.storage as storage
-import transforms.query.questions as questions_mod
-from transforms.query.question_file import QuestionFile, QuestionFileError, inspect_question_file
-from transforms.query.question_pieces import plan_pieces
+import transforms.query.questions.read as questions_mod
+from transforms.query.questions.file import QuestionFile, QuestionFileError, inspect_question_file
+from transforms.query.questions.pieces import plan_pieces
 
 
 def _write(path, n=3):
@@ -68,7 +68,7 @@ def test_an_answer_run_sniffs_and_stats_the_question_file_once(mini_index, test_
         return real_detect(uri)
 
     monkeypatch.setattr(storage, "stat", counting_stat)
-    monkeypatch.setattr("transforms.query.question_file.detect_format", counting_detect)
+    monkeypatch.setattr("transforms.query.questions.file.detect_format", counting_detect)
     monkeypatch.setattr(questions_mod, "detect_format", counting_detect)
     s = run_answer(test_config, str(mini_index[0]), qpath, str(tmp_path / "a.jsonl"), progress=False,
                    log=lambda *_: None)
@@ -80,7 +80,7 @@ def test_the_resume_fingerprint_holds_the_profiles_fit(tmp_path):
     # a shard answered under one profile's fusion and evidence fit is never reused under another's
     from configs.schema import load_config
     from pipelines.answer import run_fingerprint
-    from transforms.query.question_file import inspect_question_file
+    from transforms.query.questions.file import inspect_question_file
     qf = tmp_path / "q.jsonl"
     qf.write_text('{"id": "1", "question": "why?"}\n')
     q = inspect_question_file(str(qf))

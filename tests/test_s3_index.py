@@ -26,7 +26,7 @@ def rows(version_dir, name, drop=RUN_COLUMNS):
 
 
 def local_copy(index_uri, tmp_path, tag):
-    return mirror_version(publish.resolve_index(index_uri), str(tmp_path / f"mirror-{tag}"), with_artifact=True)
+    return mirror_version(publish.resolve_index(index_uri), str(tmp_path / f"mirror-{tag}"))
 
 
 def keys(s3_server, bucket, prefix):
@@ -269,9 +269,9 @@ def test_question_files_read_in_pieces_equal_a_whole_read(s3_server, s3_source, 
     from dataclasses import asdict
 
     from transforms.query.records import Question
-    from transforms.query.question_file import describe_question_file
-    from transforms.query.question_pieces import plan_pieces, read_piece, shards_for
-    from transforms.query.questions import read_questions
+    from transforms.query.questions.file import describe_question_file
+    from transforms.query.questions.pieces import plan_pieces, read_piece, shards_for
+    from transforms.query.questions.read import read_questions
     for k, v in _lock_env(s3_server).items():
         if k.startswith("RAGBEAM__S3__"):
             monkeypatch.setenv(k, v)

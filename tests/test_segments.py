@@ -166,6 +166,34 @@ def test_chunk_texts_and_doc_ids_read_every_segment(segmented):
     assert seen[1] == seen[7]
 
 
+def test_bm25_tokens_keep_codes():
+    from transforms.index.bm25 import bm25_tokens
+    toks = bm25_tokens("Got ERR_CONN_4042 under ISO-27001, see v2.3.1 — Café")
+    for t in ("err_conn_4042", "4042", "iso_27001", "27001", "iso", "v2_3_1", "cafe"):
+        assert t in toks
+    assert bm25_tokens("err-conn-4042")[-1] == bm25_tokens("ERR_CONN_4042")[-1]
+    assert "the" not in bm25_tokens("the agent")
+
+
+def test_bm25_scores_stay_under_the_questions_bound(segmented):
+    """The bound (a question's best possible BM25 score, what convex fusion divides by): no chunk
+    scores above it, a one-term question reaches it in that term's best chunk, and a word no chunk
+    holds still counts in it; a code ranks its own chunk first."""
+    from transforms.query.segment_search import unseen_term_weight
+    e = _engine(*segmented[1])
+    try:
+        qs = ["free the memory of a glob result", "punycode", "punycode zebraquokka", "FNM_PATHNAME"]
+        got = e.search(qs, dense_n=50, bm25_n=200)
+        for r in got:
+            assert r.bm25 and all(s <= r.bm25_bound + 1e-6 for _, s in r.bm25)
+        assert got[1].bm25[0][1] == pytest.approx(got[1].bm25_bound, rel=1e-6)
+        assert got[2].bm25_bound == pytest.approx(got[1].bm25_bound + unseen_term_weight(e.num_docs), rel=1e-6)
+        top = e.segments.column("text", [got[3].bm25[0][0]])[0]
+        assert "FNM_PATHNAME" in top
+    finally:
+        e.close()
+
+
 def test_failed_query_rewrites_are_counted_and_the_questions_still_answered(segmented, tmp_path):
     """rewrite.kind hyde with the llm down (nothing listens on port 9): every question keeps its
     own vector, is answered as without rewriting, and is counted in the run summary, in one
@@ -200,6 +228,53 @@ def test_rebuild_reuses_content_derived_segments(segmented, tmp_path):
     before = [s["id"] for s in _manifest(d)["segments"]]
     got = rebuild_segments(cfg, str(d))
     assert [s["id"] for s in got["segments"]] == before
+
+
+def test_segment_id_covers_the_analysis(monkeypatch):
+    """A changed BM25 stopword list, content-word stopword list or stemmer gives new ids: the
+    segment's terms, postings or words.arrow would differ for the same rows."""
+    from transforms.common import words
+    from transforms.index import bm25, segments
+    rows = pa.table({c: ["x"] for c in segments.ROW_COLUMNS})
+    base = segments.segment_id(rows, "ns")
+    assert segments.segment_id(rows, "ns") == base
+    seen = {base}
+    for module, name, value in ((bm25, "BM25_STOPWORDS", bm25.BM25_STOPWORDS | {"json"}),
+                                (words, "ANSWER_STOPWORDS", words.ANSWER_STOPWORDS - {"the"}),
+                                (segments, "BM25_STEMMER", "none")):
+        with monkeypatch.context() as m:
+            m.setattr(module, name, value)
+            sid = segments.segment_id(rows, "ns")
+        assert sid not in seen, name
+        seen.add(sid)
+    assert segments.segment_id(rows, "ns") == base
+
+
+def test_an_index_run_rebuilds_segments_of_another_analysis(segmented, tmp_path, monkeypatch):
+    """Segments analysed with another stopword list are not reused: the next run builds their
+    rows again into new segments (new ids), whose terms follow the list in use ("the" kept)."""
+    from pipelines.segments import segment_version
+    from transforms.index import bm25
+    from transforms.index.publish import read_manifest, resolve_index
+    from transforms.index.segments import Segment
+    from transforms.ingest.embed import model_spec_from_config
+    d = tmp_path / "idx"
+    shutil.copytree(segmented[3][0], d)
+    cfg = segmented[3][1]
+    version = resolve_index(str(d))
+    before = read_manifest(version)["segments"]
+    terms = lambda sid: set(Segment(str(d / "segments" / sid)).terms().column("term").to_pylist())  # noqa: E731
+    assert not any("the" in terms(s["id"]) for s in before)
+    monkeypatch.setattr(bm25, "BM25_STOPWORDS", bm25.BM25_STOPWORDS - {"the"})
+    logs = []
+    work = tmp_path / "work"
+    shutil.copytree(version, work)
+    got = segment_version(str(d), str(work), str(work), cfg, model_spec_from_config(cfg), read_manifest(version),
+                          log=logs.append)
+    assert sum("another tokenizer, stemmer or stopword list" in line for line in logs) == len(before)
+    assert not {s["id"] for s in got["segments"]} & {s["id"] for s in before}
+    assert sum(s["live"] for s in got["segments"]) == sum(s["live"] for s in before)
+    assert all("the" in terms(s["id"]) for s in got["segments"])
 
 
 def test_old_index_is_refused_with_what_to_run(segmented, tmp_path):

@@ -5,10 +5,8 @@ import pickle
 
 import apache_beam as beam
 
-from configs.schema import load_config
 from transforms.common.counters import DEAD_LETTER
 from transforms.common.stage import Outputs, StageFn
-from transforms.index.build import needs_hnsw
 from transforms.ingest.dedupe import dedupe_content, merge_documents
 from transforms.ingest.parse import ParseFn, acl_for, parse_unique
 from transforms.records import DeadLetter, RawObject, UniqueObject
@@ -73,14 +71,3 @@ def test_dedupe_functions():
                             "source_uris": ["/src/z.jsonl"]}) for d in docs]
     merged = merge_documents(other + docs)
     assert merged.key == "r.jsonl" and merged.source_uris == ["/src/r.jsonl", "/src/z.jsonl"]
-
-
-def test_hnsw_is_built_only_where_the_configured_mode_searches_it(tmp_path):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    f = str(tmp_path / "c.parquet")
-    pq.write_table(pa.table({"chunk_id": [str(i) for i in range(10)]}), f)
-    cfg = load_config(environ={})
-    assert needs_hnsw([f], cfg) is False  # auto: exact below 200k rows
-    hnsw = cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update={"mode": "hnsw"})})
-    assert needs_hnsw([f], hnsw) is True

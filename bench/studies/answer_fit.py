@@ -26,7 +26,7 @@ as above (results bench/results/answer_fit-joint-<profile>.json).
 Tried, not kept: a listwise linear model (softmax over a question's sentences) over 14
 sentence features, against the hand-weighted score, by how often the top sentence holds a
 gold span; small-to-big (the top chunk's neighbours in the context). Writes
-bench/results/answer_fit.json, and the whole grid a setting a line to bench/results/answer_fit_grid.jsonl.
+bench/results/answer_fit.json, and the whole grid a setting a line to <--out>/answer_fit_grid.jsonl.
 """
 from __future__ import annotations
 
@@ -42,14 +42,13 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import minimize
 
+from bench.jsonfile import write_json
 from bench.data import ROOT
+from transforms.common.words import ANSWER_STOPWORDS, WORD
 from transforms.evaluation import metrics as M
 
 EVIDENCE_FEATURES = ("sentence_evidence", "best_chunk_cosine", "best_bm25_coverage")
 
-_WORD = re.compile(r"[a-z0-9_]+")
-_STOP = frozenset("""a an and are as at be by can do does did for from has have had how i if in is it its
-of on or that the this to was were what when where which who whom whose why will with you your""".split())
 _NEW_SPAN = re.compile(r"\b(?:[A-Z][a-zA-Z]+|\d[\d,.]*)\b")
 
 SELECTION_FEATURES = (
@@ -72,7 +71,8 @@ SELECTION_FEATURES = (
 
 
 def content_words(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1]
+    """transforms.common.words.content_words in order, repeats kept (for bigrams)."""
+    return [w for w in WORD.findall(text.lower()) if w not in ANSWER_STOPWORDS and len(w) > 1]
 
 
 def bigrams(words: list[str]) -> set[tuple[str, str]]:
@@ -92,7 +92,7 @@ def sentence_features(question: str, flat, cos: np.ndarray, cands, idf=None, idf
     qbi = bigrams(qlist)
     w = {t: (idf.get(t, idf_max) if idf is not None else 1.0) for t in qset}
     total = sum(w.values()) or 1.0
-    qlower = {t for t in _WORD.findall(question.lower())}
+    qlower = {t for t in WORD.findall(question.lower())}
     lex_idf = np.zeros(n)
     for i, (ci, s) in enumerate(flat):
         words = content_words(s)
@@ -280,7 +280,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--index", default="out/eval/squad/index")
     ap.add_argument("--dataset", default=str(DATA_ROOT / "squad-dev-half"))
-    ap.add_argument("--out", default="out/answer_fit")
+    ap.add_argument("--out", default="out/bench/answer_fit")
     ap.add_argument("--results", default=str(ROOT / "bench/results/answer_fit.json"))
     ap.add_argument("--evidence-only", action="store_true",
                     help="refit the evidence model and its threshold for another embedding profile, the "
@@ -397,9 +397,9 @@ def main(argv=None) -> None:
                              if k.startswith(f"lexical_weight={w},") and meets(r["tune"], need)], default=None)
                 for w in sorted({x[0] for x in settings})}
         report("refit", SentenceParams(**chosen_params[choice]))
-        Path(args.results).write_text(json.dumps(out, indent=1, default=float) + "\n")
-        # the joint grid (about 20,000 settings, several MB) stays beside the cached retrieval
-        grid_path = (Path(args.out) if args.joint else Path(args.results).parent) / (Path(args.results).stem + "_grid.jsonl")
+        write_json(args.results, out, default=float)
+        # the grid (a joint one: about 20,000 settings, several MB) stays beside the cached retrieval
+        grid_path = Path(args.out) / (Path(args.results).stem + "_grid.jsonl")
         grid_path.write_text("".join(json.dumps({"setting": k, **v}) + "\n" for k, v in grid.items()))
         ev.close()
         return
@@ -430,9 +430,9 @@ def main(argv=None) -> None:
     sets = saved
     out["selection"] = selection_experiment(a, sets)
     print("selection", json.dumps(out["selection"]), flush=True)
-    Path(args.results).write_text(json.dumps(out, indent=1, default=float) + "\n")
-    # the whole grid, a setting a line, beside the results
-    Path(args.results).with_name(Path(args.results).stem + "_grid.jsonl").write_text(
+    write_json(args.results, out, default=float)
+    # the whole grid, a setting a line, beside the cached retrieval (out/, not committed)
+    Path(args.out, Path(args.results).stem + "_grid.jsonl").write_text(
         "".join(json.dumps({"setting": k, **v}) + "\n" for k, v in grid.items()))
     ev.close()
 

@@ -39,7 +39,7 @@ def build_sentence_vectors(ev: Evaluator, kind: str, cache_dir: str):
         z = np.load(path, allow_pickle=True)
         return list(z["spans"]), list(z["vecs"]), float(z["rate"]), float(z["base_rate"])
     emb = ev.engine.embedder
-    # (index-time cost is measured by bench.studies.sentvec_cost, alternating with a baseline)
+    # (index-time cost: the retired sentvec_cost study, docs/benchmarks.md "Retired studies")
     t = time.perf_counter()
     chunk, spans, vecs = chunk_sentence_vectors(emb, embed_texts, texts, kind=kind)
     s = time.perf_counter() - t
@@ -119,7 +119,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--index", default="out/eval/squad/index")
     ap.add_argument("--dataset", default=str(DATA_ROOT / "squad-dev-half"))
-    ap.add_argument("--out", default="out/answer_variants")
+    ap.add_argument("--out", default="out/bench/answer_variants")
     ap.add_argument("--grid", default="vectors")
     ap.add_argument("--kinds", default="late,separate")
     args = ap.parse_args(argv)

@@ -42,7 +42,8 @@ def main(argv=None) -> None:
     from transforms.ingest.embed import model_spec_from_config
     from transforms.query.engine import QAEngine
     from transforms.query.extract import question_form
-    from transforms.query.questions import Question, read_questions
+    from transforms.query.questions.read import read_questions
+    from transforms.query.records import Question
     from transforms.query.rerank import VectorCache
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

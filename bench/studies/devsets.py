@@ -56,6 +56,7 @@ def squad_samples(ds, tune_size: int | None = 500) -> tuple[list[str], list[str]
 def append_rows(path: str, rows: list[dict]) -> None:
     """A study's result rows appended to its JSONL file (one line a variant per set)."""
     import json
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "a") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")

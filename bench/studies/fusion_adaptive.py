@@ -1,6 +1,7 @@
 """Score-aware fusion variants that need no per-set weight, on every dev set index.
 
     python -m bench.studies.fusion_adaptive [--sets cranfield,vaswani,msmarco,squad,debian-docs] [--root out/eval]
+        [--out out/bench/fusion_adaptive.jsonl] [--summary bench/results/fusion_adaptive.json]
 
 Like bench.studies.fusion_variants (same depth, same scoring), with BM25 scaled by an absolute bound
 instead of (or besides) its per-query min-max:
@@ -12,6 +13,8 @@ instead of (or besides) its per-query min-max:
               much as its best match covers the query's terms)
   abs-a       a*cos + (1-a)*bm25/ub
   *-docagg-b  documents ranked by their best chunk + b x their second-best (the engine: b = 0)
+Every row goes to --out (appended); --summary holds the grid a set a line and each variant's
+worst margin over the set's better single retriever (the pick: the largest).
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import json
 
 import numpy as np
 
+from bench.jsonfile import write_json
 from bench.studies.devsets import DEV_SETS, add_dev_set_args, append_rows, iter_dev_sets
 from transforms.evaluation import metrics as M
 from transforms.query.fuse import _scores_on, _valid, normalise
@@ -33,7 +37,8 @@ def main(argv=None) -> None:
     from bench.studies.segview import as_arrays, exact_fill, first_stage
 
     ap = argparse.ArgumentParser()
-    add_dev_set_args(ap, "cranfield,vaswani,msmarco,squad,debian-docs", "out/fusion_adaptive.jsonl")
+    add_dev_set_args(ap, "cranfield,vaswani,msmarco,squad,debian-docs", "out/bench/fusion_adaptive.jsonl")
+    ap.add_argument("--summary", default="bench/results/fusion_adaptive.json", help="from every row in --out")
     args = ap.parse_args(argv)
     cfg = load_config(None)
     N = cfg.retrieve.dense_top_n
@@ -94,6 +99,19 @@ def main(argv=None) -> None:
                         record(f"{how}-{a}-docagg-{beta}", [by_doc(f, beta) for f in fused])
         ev.close()
     append_rows(args.out, rows)
+    with open(args.out, encoding="utf-8") as f:
+        write_json(args.summary, summary([json.loads(x) for x in f if x.strip()]))
+
+
+def summary(rows: list[dict]) -> dict:
+    """nDCG@10 per set and variant, and each fused variant's worst margin over the sets."""
+    table: dict = {}
+    for r in rows:
+        table.setdefault(r["set"], {})[r["variant"]] = r["ndcg@10"]
+    fused = {v for t in table.values() for v in t} - {"dense", "bm25"}
+    worst = {v: round(min(t[v] - max(t["dense"], t["bm25"]) for t in table.values() if v in t), 4)
+             for v in sorted(fused)}
+    return {"pick": max(worst, key=worst.get), "worst_margin": worst, "ndcg@10": table}
 
 
 if __name__ == "__main__":

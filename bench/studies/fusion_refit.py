@@ -1,7 +1,7 @@
 """Fusion refitted per embedding model, on tune splits only, scored on held-out queries.
 
     RAGBEAM__EMBED__PROFILE=<p> python -m bench.studies.fusion_refit --root out/eval-<p> \
-        [--sets squad,msmarco,vaswani] [--out out/fusion_refit.jsonl]
+        [--sets squad,msmarco,vaswani] [--out out/bench/fusion_refit.jsonl] [--summary bench/results/fusion_refit.json]
 
 The first-stage fusion (retrieve.fusion_alpha 0.82, fusion_norm bound) was fitted on MiniLM's
 cosines. A model whose cosines sit on another scale (e5's are all high) gets another effective
@@ -20,7 +20,8 @@ QAEngine.fuse):
   *-margin-lo-hi      query-adaptive: a = lo + (hi-lo)*min(1, m/0.2), m = dense's lead of its 1st hit
                       over its 10th, on the floor scale (how sure the dense side is; no labels)
 A fit picks, on tune only, the variant whose worst set (nDCG@10 minus the best single
-retriever's) is best; its test figures are the ones to report.
+retriever's) is best; its test figures are the ones to report. Every row goes to --out (appended,
+every profile's); the fits and the test figures docs/models.md shows to --summary.
 """
 from __future__ import annotations
 
@@ -131,18 +132,40 @@ def fit(rows: list[dict]) -> dict:
             "test_ndcg": {s: test[s][best] for s in test}}
 
 
+# the fixed variants docs/models.md compares each profile's fit with
+REPORTED = ("dense", "bm25", "bound-0.82", "floor-0.82", "floor-0.9")
+
+
+def summary(rows: list[dict]) -> dict:
+    """Per profile: its fit, and nDCG@10 on the test halves of the reported variants and the fit's."""
+    out = {}
+    for profile in sorted({r["profile"] for r in rows}):
+        mine = [r for r in rows if r["profile"] == profile]
+        f = fit(mine)
+        out[profile] = {"fit": f, "test_ndcg": {v: {r["set"]: r["ndcg@10"] for r in mine
+                                                    if r["split"] == "test" and r["variant"] == v}
+                                                for v in REPORTED + (f["variant"],)}}
+    return out
+
+
 def main(argv=None) -> None:
     from configs.schema import load_config
+    from bench.jsonfile import write_json
     ap = argparse.ArgumentParser()
     ap.add_argument("--sets", default="squad,msmarco,vaswani")
     ap.add_argument("--root", default="out/eval")
     ap.add_argument("--data", default=str(DATA_ROOT))
-    ap.add_argument("--out", default="out/fusion_refit.jsonl")
+    ap.add_argument("--out", default="out/bench/fusion_refit.jsonl", help="every row, appended (not committed)")
+    ap.add_argument("--summary", default="bench/results/fusion_refit.json", help="the fits, from every row in --out")
+    ap.add_argument("--summary-only", action="store_true", help="rewrite --summary from --out, score nothing")
     args = ap.parse_args(argv)
-    cfg = load_config(None)
-    rows = [r for name in args.sets.split(",") for r in score_set(name, args, cfg)]
-    append_rows(args.out, rows)
-    print(json.dumps({"profile": cfg.embed.profile or "minilm", "fit": fit(rows)}))
+    if not args.summary_only:
+        cfg = load_config(None)
+        rows = [r for name in args.sets.split(",") for r in score_set(name, args, cfg)]
+        append_rows(args.out, rows)
+        print(json.dumps({"profile": cfg.embed.profile or "minilm", "fit": fit(rows)}))
+    with open(args.out, encoding="utf-8") as f:
+        write_json(args.summary, summary([json.loads(x) for x in f if x.strip()]))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ def main(argv=None) -> None:
     from bench.studies.segview import as_arrays, exact_fill, first_stage, searchers_with_bm25
 
     ap = argparse.ArgumentParser()
-    add_dev_set_args(ap, "cranfield,vaswani,msmarco,squad", "out/fusion_variants.jsonl")
+    add_dev_set_args(ap, "cranfield,vaswani,msmarco,squad", "out/bench/fusion_variants.jsonl")
     ap.add_argument("--top-n", type=int, default=50, help="per-retriever depth fused (production: 50)")
     args = ap.parse_args(argv)
     cfg = load_config(None)
@@ -94,7 +94,7 @@ if __name__ == "__main__":
     main()
 
 
-def table(path: str = "out/fusion_variants.jsonl") -> str:
+def table(path: str = "out/bench/fusion_variants.jsonl") -> str:
     """Markdown: one row per (variant, BM25 parameters), one column per set, best single retriever marked."""
     rows = [json.loads(line) for line in open(path)]
     sets = list(dict.fromkeys(r["set"] for r in rows))

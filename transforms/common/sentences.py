@@ -1,4 +1,10 @@
-"""Sentence splitting shared by the chunker, the reranker and the extractive answerer."""
+"""The two sentence splitters, each for its kind of text.
+
+split_sentences: prose of the sources (the chunker, sentence vectors, the reranker, the
+extractive answerer), abbreviation-aware. split_answer_sentences: a generated answer, cut at
+every . ! ? or line break, each sentence keeping the [n] markers that close it (the grounding
+check and the judge).
+"""
 from __future__ import annotations
 
 import re
@@ -32,4 +38,23 @@ def split_sentences(text: str) -> list[str]:
         tail = para[start:].strip()
         if tail:
             out.append(tail)
+    return out
+
+
+# an answer's sentence ends after . ! ? and whitespace, or at a line break
+ANSWER_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+_LEADING_MARKERS = re.compile(r"^(?:\[\s*\d{1,4}(?:\s*,\s*\d{1,4})*\s*\]\s*)+")
+
+
+def split_answer_sentences(text: str) -> list[str]:
+    """Sentences, each with its markers: in "X. [1] Y." the [1] belongs to X (the extractive
+    answers and many models put the marker after the full stop)."""
+    out: list[str] = []
+    for piece in (s.strip() for s in ANSWER_SENTENCE_END.split(text) if s and s.strip()):
+        m = _LEADING_MARKERS.match(piece)
+        if m and out:
+            out[-1] = f"{out[-1]} {m.group(0).strip()}"
+            piece = piece[m.end():].strip()
+        if piece:
+            out.append(piece)
     return out

@@ -43,7 +43,7 @@ def read_qrels(path: str) -> dict[str, dict[str, int]]:
 
 def read_queries(path: str) -> dict[str, str]:
     from transforms.query.records import Question
-    from transforms.query.questions import read_questions
+    from transforms.query.questions.read import read_questions
     return {q.id: q.question for q in read_questions(path) if isinstance(q, Question)}
 
 

@@ -64,14 +64,10 @@ class Evaluator:
                 o.update(final=[d["doc_id"] for d in rec.retrieved_docs], record=rec)
         return out
 
-    def hnsw_recall(self, qvecs: np.ndarray, k: int = 10) -> Optional[float]:
-        """None: segments are searched exactly (exact beats HNSW at segment sizes, docs/index-layout.md)."""
-        return None
-
 
 def gate_metric(version_dir: str, cfg: Config, gate_cfg, embedder=None) -> float:
     """Mean gate_cfg.metric of gate_cfg.stage on the golden set, for a (staged or
-    published) version dir that has index.duckdb and manifest.json."""
+    published) version dir (its manifest.json and the segments it lists)."""
     ds = load_dataset(gate_cfg.dataset)
     ids = sample_ids(ds.queries, gate_cfg.max_questions)
     if not ids:

@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Optional
 
+from transforms.common.sentences import split_answer_sentences
 from transforms.query.cite import _MARKER, normalize_for_match, strip_markers
-from transforms.query.grounding import _split_sentences
 
 PROMPT_VERSIONS = {"faithfulness": "faithfulness:1", "answer_relevance": "answer_relevance:1"}
 _FAITH_SYSTEM = ("You check claims against a source. Reply with one word: yes if the source states or directly "
@@ -77,7 +77,7 @@ class Judge:
     def claims(self, answer: str, sources: dict[int, str]) -> list[tuple[str, str]]:
         """(claim without its markers, the text of the sources it cites) per cited sentence."""
         out = []
-        for sent in _split_sentences(answer):
+        for sent in split_answer_sentences(answer):
             ns = [int(p) for m in _MARKER.finditer(sent) for p in m.group(1).split(",")]
             texts = [sources[n][:_SOURCE_CHARS] for n in dict.fromkeys(ns) if n in sources]
             claim = strip_markers(sent)
@@ -123,7 +123,7 @@ class Judge:
         with_claims = [i for i, c in enumerate(claims) if c]
         for k, i in enumerate(with_claims[:CONTROLS]):
             claim, text = claims[i][0]
-            own = _split_sentences(text)
+            own = split_answer_sentences(text)
             if own:
                 out.append((i, "control yes", _FAITH_SYSTEM, _claim_prompt(own[0], text)))
             other = claims[with_claims[(k + 1) % len(with_claims)]][0][1]

@@ -14,7 +14,7 @@ def _stage_means(recs: list[dict]) -> dict:
     return {s: {m: M.mean(r["metrics"][s][m] for r in recs) for m in METRICS} for s in STAGES}
 
 
-def summarize(per_q, ds, cfg, version_dir, version, hnsw, labels, timings, with_answers) -> dict:
+def summarize(per_q, ds, cfg, version_dir, version, labels, timings, with_answers) -> dict:
     floors = BM25_FLOORS.get(ds.name, {})
     report = {
         "dataset": ds.name, "index_version": version, "version_dir": version_dir,
@@ -24,7 +24,7 @@ def summarize(per_q, ds, cfg, version_dir, version, hnsw, labels, timings, with_
         "stages": _stage_means(per_q),
         "recall_curve": {s: {str(k): M.mean(r["metrics"][s][f"recall@{k}"] for r in per_q) for k in RECALL_KS}
                          for s in STAGES},
-        "hnsw_recall@10": hnsw, "bm25_floor_ndcg@10": floors,
+        "bm25_floor_ndcg@10": floors,
         "config": _masked_config(cfg),  # same masking as the manifest (issue 12, item 18)
         "timings": {k: round(v, 2) for k, v in timings.items()},
     }
@@ -196,8 +196,6 @@ def format_table(report: dict) -> str:
     if report["bm25_floor_ndcg@10"]:
         lines.append("BM25 floor nDCG@10 (bm25s, data README): " + ", ".join(
             f"{k} {v:.3f}" for k, v in report["bm25_floor_ndcg@10"].items()))
-    if report.get("hnsw_recall@10") is not None:
-        lines.append(f"HNSW recall@10 vs exact: {report['hnsw_recall@10']:.3f}")
     lines.append("triage: " + ", ".join(f"{k} {f(v).strip()}" for k, v in report["triage"].items()))
     if "answer_status" in report:
         lines.append("status: " + ", ".join(f"{k} {v}" for k, v in report["answer_status"]["counts"].items()))

@@ -182,8 +182,7 @@ def render_html(report: dict, per_q: list[dict]) -> str:
     parts = [f"<h1>ragbeam eval — {esc(report['dataset'])}</h1>",
              f"<p class='small'>index version {esc(report['index_version'])}; "
              f"{report['counts']['queries_evaluated']} of {report['counts']['queries_judged']} judged queries; "
-             f"documents matched by {esc(report['doc_ids_are'])}; HNSW recall@10 vs exact "
-             f"{fmt(report.get('hnsw_recall@10'))}</p>",
+             f"documents matched by {esc(report['doc_ids_are'])}</p>",
              "<h2>Retrieval (document level)</h2>",
              table(["stage"] + list(METRICS), [[s] + [st[s][m] for m in METRICS] for s in STAGES])]
     if floors:

@@ -1,15 +1,16 @@
 """The BM25 analyzer: one tokenisation for documents (at build) and questions (at query)."""
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 from typing import Iterable
 
 import duckdb
 
-from transforms.common.text import STOPWORDS
+from transforms.common.words import BM25_STOPWORDS
 
-ANALYZER_VERSION = "codes-v2"  # bump when bm25_tokens changes: old artifacts then mismatch
+ANALYZER_VERSION = "codes-v2"  # bump when bm25_tokens changes in a way analyzer_fingerprint cannot see
 
 # --- BM25 tokenisation (shared by documents and queries) ------------------------------
 # fts's default ignore regex '(\.|[^a-z])+' deletes digits and punctuation, so
@@ -23,6 +24,16 @@ _COMPOUND = re.compile(r"[^\W_]+(?:[._\-][^\W_]+)*")
 _PART = re.compile(r"[^\W_]+")
 _COMBINING = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
 _PLAIN_WORD = re.compile(r"[a-z]+")
+
+
+def analyzer_fingerprint(stemmer: str) -> str:
+    """What decides the terms Analyzer(con, stemmer) gives: its version, stemmer, token patterns
+    and stopwords (read when called, so a changed list is seen)."""
+    parts = [ANALYZER_VERSION, stemmer, _COMPOUND.pattern, _PART.pattern, _COMBINING.pattern, _PLAIN_WORD.pattern,
+             *sorted(BM25_STOPWORDS)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
 def bm25_tokens(text: str) -> list[str]:
     """Unstemmed normalised tokens: NFKD, accents stripped, lower-cased, codes kept."""
     text = text or ""
@@ -32,7 +43,7 @@ def bm25_tokens(text: str) -> list[str]:
     out: list[str] = []
     for m in _COMPOUND.findall(text):
         if m.isalnum():  # plain word or number: the common case, no second regex
-            if m not in STOPWORDS:
+            if m not in BM25_STOPWORDS:
                 out.append(m)
             continue
         parts = _PART.findall(m)  # a code: keep its parts and the joined form

@@ -58,17 +58,16 @@ class LiveIndex:
     near_rows: list[dict] = field(default_factory=list)
 
 
-def mirror_version(version_uri: str, local_root: str, with_artifact: bool = False, chunk_shards: bool = True) -> str:
+def mirror_version(version_uri: str, local_root: str, chunk_shards: bool = True) -> str:
     """A local copy of a version on object storage, laid out as an index (returns
     local_root/versions/<v>; the shared shards it lists go to local_root/shards/): its own tables
     and manifest, the documents and dead-letter shards it lists, the chunk shards' summaries and,
-    with chunk_shards, the chunk shards too (the index driver plans without them). The DuckDB
-    artifact only when asked."""
+    with chunk_shards, the chunk shards too (the index driver plans without them)."""
     name = version_uri.rstrip("/").rsplit("/", 1)[-1]
     local = os.path.join(local_root, publish.VERSIONS, name)
     only = ("manifest.json", SOURCES_DIR + "/", DOCUMENTS_DIR + "/", DEAD_LETTERS_DIR + "/", CHUNKS_DIR + "/",
             NEAR_DUPLICATES_DIR + "/", SIGNATURES_DIR + "/", shard_store.DELETIONS_DIR + "/")
-    storage.download_tree(version_uri, local, only=only + (("index.duckdb",) if with_artifact else ()))
+    storage.download_tree(version_uri, local, only=only)
     manifest = shard_store.read_manifest_at(local)
     source = shard_store.ShardSource(shard_store.index_of(version_uri), cache=local_root)
     for table in shard_store.SHARED_TABLES:
@@ -80,7 +79,7 @@ def mirror_version(version_uri: str, local_root: str, with_artifact: bool = Fals
     return local
 
 
-def load_live(index_dir: str, scratch: Optional[str] = None, with_artifact: bool = False) -> Optional[LiveIndex]:
+def load_live(index_dir: str, scratch: Optional[str] = None) -> Optional[LiveIndex]:
     """The live version; on object storage it is mirrored under `scratch` first (a temp dir if unset)."""
     name = publish.current_version(index_dir)
     if name is None:
@@ -88,7 +87,7 @@ def load_live(index_dir: str, scratch: Optional[str] = None, with_artifact: bool
     vdir = publish.version_dir(index_dir, name)
     if is_s3(index_dir):
         import tempfile
-        vdir = mirror_version(vdir, scratch or tempfile.mkdtemp(prefix="ragbeam-"), with_artifact, chunk_shards=False)
+        vdir = mirror_version(vdir, scratch or tempfile.mkdtemp(prefix="ragbeam-"), chunk_shards=False)
     manifest = publish.read_manifest(vdir)  # a cut one: one line naming it, not a traceback
     if not shard_files(vdir, SOURCES_DIR):
         return None  # a version without a sources table cannot be compared against

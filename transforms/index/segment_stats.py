@@ -74,7 +74,7 @@ def rows_dead_df(seg: Segment, rows: np.ndarray, con=None) -> Optional[np.ndarra
                                            pc.fill_null(part.column("text"), "").to_pylist())]
     own = con is None
     if own:
-        from transforms.index.artifacts import connect
+        from transforms.common.duck import connect
         con = connect(":memory:", memory_limit="256MB")
     try:
         docs = Analyzer(con, BM25_STEMMER).analyze(texts)

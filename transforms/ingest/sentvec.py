@@ -188,18 +188,6 @@ class SentenceStore:
         return cls(ptr, start, end, mat, has)
 
     @classmethod
-    def from_artifact(cls, con) -> Optional["SentenceStore"]:
-        """From the artifact's chunks table; None when it has no sentence columns."""
-        cols = {r[0] for r in con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = 'chunks'").fetchall()}
-        if "sentence_vectors" not in cols:
-            return None
-        t = con.execute("SELECT sentence_starts, sentence_ends, sentence_vectors FROM chunks "
-                        "ORDER BY chunk_no").to_arrow_table()
-        return cls.from_arrow(t.column(0).combine_chunks(), t.column(1).combine_chunks(),
-                              t.column(2).combine_chunks())
-
-    @classmethod
     def from_arrow(cls, starts, ends, vectors) -> "SentenceStore":
         import pyarrow as pa
         import pyarrow.compute as pc

@@ -1,9 +1,9 @@
-"""Grounded, cited answers from reranked candidates: one interface, two backends.
+"""Grounded, cited answers from reranked candidates: the Answerer interface, its result, and
+the generator backend.
 
-ExtractiveAnswerer (the embedded default) answers with the source sentences
-themselves, so every claim is a verbatim quote. GeneratorAnswerer asks an LLM
-(OpenAI-compatible HTTP or Bedrock) to answer from numbered, fenced sources.
-Both run every answer through check_citations; a backend failure becomes a
+The extractive answerer (the embedded default) is transforms/query/extract.SentenceAnswerer.
+GeneratorAnswerer asks an LLM (OpenAI-compatible HTTP or Bedrock) to answer from numbered,
+fenced sources. Both run every answer through the citation check; a backend failure becomes a
 status "error" result for that question, never an exception for the batch.
 """
 from __future__ import annotations
@@ -14,14 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
-import numpy as np
-
 from transforms.common.chat import (BackendError, BedrockClient, ChatClient,  # noqa: F401  (re-exported)
                                     OpenAICompatibleClient)
-from transforms.common.text import STOPWORDS
-from transforms.query.cite import check_citations, cite_sentences, normalize_for_match
+from transforms.query.cite import check_citations
 from transforms.query.records import Candidate
-from transforms.query.rerank import VectorCache, candidate_sentences
+from transforms.query.rerank import VectorCache
 
 EXTRACTIVE_NOT_FOUND = "Not found in the sources."
 GENERATOR_NOT_FOUND = "I could not find this in the sources."
@@ -47,80 +44,6 @@ class Answerer(Protocol):
     def answer(self, questions: list[str], candidates: list[list[Candidate]],
                cache: Optional[VectorCache] = None) -> list[AnswerResult]:
         ...
-
-
-# --- extractive -----------------------------------------------------------------------
-
-_WORD = re.compile(r"[a-z0-9_]+")
-def _content_words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if w not in STOPWORDS and len(w) > 1}
-
-
-class ExtractiveAnswerer:
-    """Answer with the best-matching source sentences, each followed by its [n].
-
-    score(sentence) = cosine(question, sentence) + lexical_weight * (share of the
-    question's content words the sentence contains); the lexical term rewards exact
-    identifiers (function names, flags) that embeddings blur. Sentences within
-    `margin` of the best are kept, strongest first, up to max_sentences.
-    """
-
-    def __init__(self, embedder, max_sentences: int = 3, threshold: float = 0.45,
-                 top_chunks: int = 5, margin: float = 0.12, lexical_weight: float = 0.15):
-        self.embedder = embedder
-        self.max_sentences = max_sentences
-        self.threshold = threshold
-        self.top_chunks = top_chunks
-        self.margin = margin
-        self.lexical_weight = lexical_weight
-
-    def answer(self, questions: list[str], candidates: list[list[Candidate]],
-               cache: Optional[VectorCache] = None) -> list[AnswerResult]:
-        if len(questions) != len(candidates):
-            raise ValueError(f"{len(questions)} questions but {len(candidates)} candidate lists")
-        cache = cache if cache is not None else VectorCache()
-        tops = [list(c[:self.top_chunks]) for c in candidates]
-        sents = [[candidate_sentences(c) for c in cands] for cands in tops]
-        texts = [s for per_q in sents for ss in per_q for s in ss]
-        cache.ensure(self.embedder, texts, queries=list(questions))  # one encode call per side of the batch (or none)
-        out = []
-        for q, cands, per_q in zip(questions, tops, sents):
-            try:
-                out.append(self._answer_one(q, cands, per_q, cache))
-            except Exception as e:  # one bad record must not sink the batch
-                out.append(AnswerResult("", "error", error=f"{type(e).__name__}: {e}"))
-        return out
-
-    def _answer_one(self, question: str, cands: list[Candidate], per_q: list[list[str]],
-                    cache: VectorCache) -> AnswerResult:
-        flat = [(ci, s) for ci, ss in enumerate(per_q) for s in ss]
-        if not flat:
-            return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found")
-        qv = cache.query_matrix(self.embedder, [question])[0]
-        cos = cache.matrix([s for _, s in flat]) @ qv
-        qwords = _content_words(question)
-        lex = np.array([len(qwords & _content_words(s)) / len(qwords) if qwords else 0.0
-                        for _, s in flat])
-        score = cos + self.lexical_weight * lex
-        # Strongest first; a tie goes to the higher-ranked chunk, then earlier sentence.
-        order = sorted(range(len(flat)), key=lambda i: (-score[i], flat[i][0], i))
-        best = float(score[order[0]])
-        if best < self.threshold:
-            return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found", evidence_score=best)
-
-        floor = max(self.threshold, best - self.margin)
-        picked, seen = [], set()
-        for i in order:
-            if score[i] < floor or len(picked) >= self.max_sentences:
-                break
-            key = normalize_for_match(flat[i][1])
-            if key not in seen:
-                seen.add(key)
-                picked.append(flat[i])
-
-        check = cite_sentences(picked, cands)
-        return AnswerResult(check.answer, "answered", check.citations, check.n_invalid,
-                            evidence_score=best)
 
 
 # --- generator --------------------------------------------------------------------------

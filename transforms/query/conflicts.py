@@ -11,13 +11,11 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+from transforms.common.words import NOT_UNIT_WORDS
+
 # a number with the word or symbol right after it ("12 bar", "3.5 MB", "40%"), or a year
 _QUANTITY = re.compile(r"(?<![\w.])(\d+(?:[.,]\d+)?)\s?(%|°[CF]?|[A-Za-zµ]{1,12})(?![A-Za-zµ])")
 _YEAR = re.compile(r"(?<!\d)(1[5-9]\d\d|20\d\d)(?!\d)")
-# words after a number that are not units: they name what is counted, not how it is measured
-_NOT_UNITS = frozenset("""a an and or the of to in on at by for is are was were be it its this that with as from
-than then when which who times items steps lines files pages words characters chars
-""".split())
 
 
 def quantities(sentence: str) -> dict[str, set[str]]:
@@ -25,7 +23,7 @@ def quantities(sentence: str) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for value, unit in _QUANTITY.findall(sentence):
         unit = unit.lower()
-        if unit in _NOT_UNITS:
+        if unit in NOT_UNIT_WORDS:
             continue
         out.setdefault(unit, set()).add(value.replace(",", "."))
     years = set(_YEAR.findall(sentence))

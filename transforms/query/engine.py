@@ -62,11 +62,11 @@ class AnswerSide:
     def __init__(self, version_dir: str, cfg, spec: ModelSpec, embedder: Optional[Embedder] = None,
                  manifest: Optional[dict] = None):
         from transforms.common import storage
-        from transforms.index.artifacts import connect
+        from transforms.common.duck import connect
         from transforms.index.bm25 import Analyzer
         from transforms.index.segments import BM25_STEMMER
         from transforms.query.answer import GeneratorAnswerer
-        from transforms.query.extract import SentenceParams
+        from transforms.query.answer_params import answer_params
         from transforms.query.rerank import make_reranker
         from transforms.query.version_segments import VersionSegments
 
@@ -100,16 +100,7 @@ class AnswerSide:
         # convex fusion's settings in force (set, or the embedding profile's fit), read once
         self.convex_settings = dict(alpha=cfg.fusion_alpha, norm=cfg.fusion_norm, alpha_min=cfg.fusion_alpha_min)
         if a.kind == "extractive":
-            self.answerer = SentenceAnswerer(self.embedder, self.segments.sentences, SentenceParams(
-                max_sentences=cfg.max_sentences, top_chunks=a.top_chunks, threshold=cfg.evidence_threshold, gap=a.gap,
-                conflict_gap=a.conflict_gap,
-                lexical_weight=cfg.lexical_weight, rank_weight=a.rank_weight, mmr_lambda=a.mmr_lambda,
-                dup_sim=a.dup_sim, type_weight=a.type_weight, same_source_bonus=a.same_source_bonus,
-                form_filter=a.form_filter, restate_overlap=a.restate_overlap,
-                call_lexical=a.call_lexical, call_chunks=a.call_chunks, call_definitions_alone=a.call_definitions_alone,
-                evidence_lexical_weight=a.evidence_lexical_weight,
-                evidence_model=cfg.evidence_model, answer_model=cfg.answer_model, read_chunks=a.read_chunks,
-                confidence_model=cfg.confidence_model))
+            self.answerer = SentenceAnswerer(self.embedder, self.segments.sentences, answer_params(cfg))
         else:
             self.answerer = GeneratorAnswerer(_chat_client(a), max_sources=a.top_chunks,
                                               max_source_chars=a.max_source_chars, concurrency=a.concurrency,
@@ -136,7 +127,7 @@ class AnswerSide:
 
     def analyze(self, texts: list[str]) -> tuple[list[list[str]], list[set]]:
         """Per question: its distinct analysed BM25 terms (sorted) and its content words."""
-        from transforms.query.extract import content_words
+        from transforms.common.words import content_words
         terms = [sorted(set(t)) for t in self.analyzer.analyze(texts)]
         return terms, [content_words(t) for t in texts]
 

@@ -1,39 +1,17 @@
 """Extractive answers from sentence vectors stored at index time (no model call per sentence).
 
-`SentenceAnswerer` is the successor of answer.ExtractiveAnswerer: same output (source
-sentences, strongest first, each followed by its [n], every citation checked in code),
-different costs and selection:
-
-- the sentences' vectors come from the index (sentvec.SentenceStore, by chunk_no) and the
-  question's vector from retrieval, so answering embeds nothing; a chunk from an index
-  built without sentence vectors has its sentences embedded as before (VectorCache);
-- score(sentence) = cos(question, sentence)
-                  + lexical_weight * share of the question's content words in the sentence
-                    (idf-weighted when set_idf() was called: names and terms count more)
-                  + type_weight when the sentence holds the kind of span the question asks
-                    for (when/what year -> a year or date, how many -> a number, who -> a name
-                    not in the question)
-                  + rank_weight / chunk rank;
-- evidence, kept apart from the selection score; below `threshold` the answer is "not found".
-  The sentence evidence is max(cos + evidence_lexical_weight * lexical). With
-  `evidence_model` set (the default in the config) the evidence is instead the probability
-  that the question is answerable from these chunks: a logistic model over the sentence
-  evidence, the best chunk cosine and the best BM25 coverage (BM25 over its query's best
-  possible score), fitted by bench/studies/answer_fit.py on the SQuAD tune questions (answerable vs
-  article hidden);
-- then sentences are picked greedily by MMR (relevance minus redundancy with what is
-  already picked), near-duplicates (cosine >= dup_sim to a picked one) dropped, and only
-  while a sentence scores within `gap` of the best (sentences of the best sentence's chunk
-  get same_source_bonus): a clear winner stands alone, and the answer cites only the
-  sources its sentences come from.
-- with form_filter, table rows, code and navigation text are candidates only for the questions
-  that ask for what they hold (kind_fits: a table for "what/which/how many", code for "how do
-  I/which function"), and a call question's answer leads with its call; with restate_overlap, a
-  sentence whose content words (of the shorter one) are mostly in a picked one is dropped (two
-  wordings of one fact from one page: cosine 0.90, under dup_sim).
-
-SentenceParams' defaults are neutral (today's selection); the tuned values live in the
-config (configs/schema.py AnswerConfig), measured with bench/studies/answer_variants.py.
+`SentenceAnswerer` answers with source sentences, strongest first, each followed by its [n];
+every citation is checked in code. A sentence of the top chunks scores its cosine to the
+question + lexical_weight x the question's (idf-weighted) word share + type_weight when it holds
+the kind of span asked for + rank_weight / chunk rank. Sentences are picked by MMR while they
+score within `gap` of the best (same_source_bonus for the best one's chunk), near-duplicates
+(dup_sim) and restatements (restate_overlap) dropped; with form_filter, table rows, code and
+navigation text answer only the questions that ask for them, and a call question leads with its
+call. Below `threshold` the evidence (the best sentence score, or with `evidence_model` the
+probability that the chunks answer the question) gives "not found". A chunk of an index without
+sentence vectors has its sentences embedded when answering (VectorCache). The answer job's
+SentenceParams come from the config and the profile's fit (answer_params.py); the dataclass
+defaults are the bare answerer unit tests and studies start from (docs/answering.md).
 """
 from __future__ import annotations
 
@@ -44,6 +22,7 @@ from typing import Optional
 
 import numpy as np
 
+from transforms.common.words import ANSWER_STOPWORDS, content_words
 from transforms.query.answer import EXTRACTIVE_NOT_FOUND, AnswerResult
 from transforms.query.cite import cite_sentences, normalize_for_match
 from transforms.query.conflicts import find_conflicts
@@ -51,15 +30,6 @@ from transforms.query.records import Candidate
 from transforms.query.rerank import VectorCache, candidate_sentences
 from transforms.ingest.sentvec import SentenceStore
 from transforms.query.selection import SENT_DESCRIPTION
-
-_WORD = re.compile(r"[a-z0-9_]+")
-_STOP = frozenset("""a an and are as at be by can do does did for from has have had how i if in is it its
-of on or that the this to was were what when where which who whom whose why will with you your""".split())
-
-
-def content_words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}
-
 
 _YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})s?\b")
 _MONTH = re.compile(r"\b(january|february|march|april|may|june|july|august|september|october|november|december)\b", re.I)
@@ -244,7 +214,7 @@ _KEY = re.compile(r"[^\s?!.,;:\"'()]+(?:\.[^\s?!.,;:\"'()]+)*")
 def question_keys(question: str) -> set[str]:
     """The question's tokens a table row may be keyed by, as written (case kept): every word
     but the lower-case function words ("a" is an article, "A" may be the character asked for)."""
-    return {t for t in _KEY.findall(question) if t not in _STOP}
+    return {t for t in _KEY.findall(question) if t not in ANSWER_STOPWORDS}
 
 
 def lookup(keys: set[str], qwords: set[str], header: list[str], row: list[str]) -> Optional[tuple[str, str]]:
@@ -338,6 +308,10 @@ def restates(a: set[str], b: set[str], overlap: float) -> bool:
 
 @dataclass
 class SentenceParams:
+    """The extractive answerer's settings. The answer job sets every field from its one home,
+    the config's answer section or the embedding profile's fit (answer_params.answer_params);
+    these defaults are the bare answerer (most refinements off) that unit tests and studies
+    start from, never read by the answer job."""
     max_sentences: int = 3
     top_chunks: int = 5
     threshold: float = 0.55
@@ -373,9 +347,9 @@ class SentenceParams:
     # the fitted selection (selection.AnswerModel): a page, then its sentences, and a calibrated
     # confidence compared with `threshold`; None: the hand-weighted score above
     answer_model: Optional[object] = None
-    read_chunks: int = 20
+    read_chunks: int = 20  # with answer_model: the read list's chunks whose pages and sentences are scored
     # with the hand-weighted selection: the model whose rules calibration gives each answer a confidence
-    confidence_model: Optional[object] = None  # with answer_model: the read list's chunks whose pages and sentences are scored
+    confidence_model: Optional[object] = None
 
 
 _SET_ASIDE = -1e9  # the score of a sentence that may not answer this question

@@ -56,7 +56,7 @@ def rrf_fuse(rankings: dict[str, list[Hashable]], k: int = 60,
 #     fused(c) = alpha * norm_dense(c) + (1 - alpha) * norm_bm25(c)
 #
 # where norm is "bound" by default: the cosine as it is and BM25 divided by the query's
-# best possible BM25 score (BM25Index.bound), so a weak list stays weak; "minmax", "zscore"
+# best possible BM25 score (segment_search.gather's bound), so a weak list stays weak; "minmax", "zscore"
 # and "max" normalise each retriever per query with statistics of its own top-N list
 # (min-max stretches a list of poor matches to 0..1 like a list of perfect ones). A chunk
 # that one retriever did not return gets that retriever's exact score when a `fill`
@@ -111,7 +111,7 @@ def convex_fuse(dense_ids, dense_scores, bm25_ids, bm25_scores, alpha: float = 0
 
     ids/scores: each retriever's ranked list (-1 slots ignored). fill(ids) -> exact raw
     scores of ids absent from that retriever's list (optional). norm "bound": the cosine as
-    it is and BM25 divided by `bm25_bound` (BM25Index.bound: the query's best possible score),
+    it is and BM25 divided by `bm25_bound` (the query's best possible score, segment_search.gather),
     so neither side is stretched to 0..1 when its best match is weak. "floor": BM25 as bound,
     the cosine as (cos - f) / (1 - f), f the dense list's lowest score: a model whose cosines all
     sit high (e5) gets the same say as one whose cosines spread (MiniLM). alpha_min: the weight
@@ -158,12 +158,6 @@ def _scores_on(union: np.ndarray, ids: np.ndarray, scores: np.ndarray, fill) -> 
     if fill is not None and (~hit).any():
         out[~hit] = np.asarray(fill(union[~hit]), np.float64)
     return out
-
-
-def bm25_scores_for(bm25, term_ids: np.ndarray, chunk_nos: np.ndarray) -> np.ndarray:
-    """Exact BM25 scores of `chunk_nos` for one query's distinct term ids, from the postings
-    retrieve.BM25Index holds (term-major, chunk_nos ascending within a term)."""
-    return postings_sum(bm25.term_ptr, bm25.post_doc, bm25.post_w, term_ids, chunk_nos)
 
 
 def postings_sum(ptr, post_doc, post_w, term_ids, rows) -> np.ndarray:

@@ -23,21 +23,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from transforms.common.sentences import ANSWER_SENTENCE_END, split_answer_sentences
+from transforms.common.words import CLAIM_FRAME_WORDS
 from transforms.query.cite import _MARKER, _quote_in, quotable
 from transforms.query.records import Candidate
 
 UNSUPPORTED = "unsupported"
 NO_CITATION, QUOTE_NOT_IN_SOURCE, CLAIM_NOT_IN_SOURCE = "no_citation", "quote_not_in_source", "claim_not_in_source"
 MIN_SUPPORT = 0.6  # answer.claim_support's default
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _QUOTED = re.compile(r"[\"\u201c]([^\"\u201c\u201d]{3,}?)[\"\u201d]")
 _TOKEN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*[A-Za-z0-9_]|[A-Za-z0-9]")
-# words that carry no claim of their own (function words, and the model's framing words)
-_FRAME = frozenset("""a an and are as at be been but by can could do does did for from has have had how i if in
-into is it its may might must no not of on or our should so such than that the their them then there these
-they this those to was we were what when where which while who whom whose why will with would you your also
-according answer based both each either source sources text question states stated says said using use used
-via within without yes""".split())
 # a clause is negated when it holds one of these (presence, not parity: "neither ... nor" is one
 # negation); "no-op" and other hyphenated identifiers are not negations
 _NEGATION = re.compile(r"(?<![\w\-])(?:not|no|never|none|nobody|nothing|neither|nor|nowhere|cannot|without)"
@@ -64,23 +59,6 @@ class Grounded:
     sentences_removed: int
     quotes_removed: int
     removed: list[dict] = field(default_factory=list)  # {"sentence", "reason"} per removed sentence
-
-
-_LEADING_MARKERS = re.compile(r"^(?:\[\s*\d{1,4}(?:\s*,\s*\d{1,4})*\s*\]\s*)+")
-
-
-def _split_sentences(text: str) -> list[str]:
-    """Sentences, each with its markers: in "X. [1] Y." the [1] belongs to X (the extractive
-    answers and many models put the marker after the full stop)."""
-    out: list[str] = []
-    for piece in (s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()):
-        m = _LEADING_MARKERS.match(piece)
-        if m and out:
-            out[-1] = f"{out[-1]} {m.group(0).strip()}"
-            piece = piece[m.end():].strip()
-        if piece:
-            out.append(piece)
-    return out
 
 
 def _is_exact(token: str) -> bool:
@@ -113,7 +91,7 @@ class SourceWords:
 
 
 def _claim_words(text: str) -> list[str]:
-    return [t for t in _tokens(text) if t.casefold() not in _FRAME and (len(t) > 2 or _is_exact(t))]
+    return [t for t in _tokens(text) if t.casefold() not in CLAIM_FRAME_WORDS and (len(t) > 2 or _is_exact(t))]
 
 
 def is_negated(text: str) -> bool:
@@ -122,7 +100,7 @@ def is_negated(text: str) -> bool:
 
 
 def _clauses(text: str) -> list[str]:
-    return [c for s in _SENTENCE_END.split(text) if s for c in _CLAUSE.split(_MARKER.sub(" ", s)) if c and c.strip()]
+    return [c for s in ANSWER_SENTENCE_END.split(text) if s for c in _CLAUSE.split(_MARKER.sub(" ", s)) if c and c.strip()]
 
 
 class SourceClauses:
@@ -226,7 +204,7 @@ def ground_answer(answer: str, sources: list[Candidate], min_support: float = MI
         return True
 
     kept, cited, removed, bad_quotes = [], [], [], 0
-    for sent in _split_sentences(answer):
+    for sent in split_answer_sentences(answer):
         numbers = [int(p) for m in _MARKER.finditer(sent) for p in m.group(1).split(",")
                    if 1 <= int(p) <= len(sources)]
         if not numbers:

@@ -1,5 +1,5 @@
 """Answer-job output checks: a finished output never overwritten by another job, and counts of
-the whole output (whole-file problems of the question file: transforms/query/question_file.py)."""
+the whole output (whole-file problems of the question file: transforms/query/questions/file.py)."""
 from __future__ import annotations
 
 import json

@@ -2,7 +2,7 @@
 stages, and what the answer job writes.
 
 A question file yields `Question | InputError` (one per line, nothing dropped); retrieval
-turns chunk rows into `Candidate`s (`Candidate.from_row`, called by ChunkTable only), which
+turns chunk rows into `Candidate`s (`Candidate.from_row`, called by version_segments.VersionSegments only), which
 the rerankers and answerers take and return; the engine turns each Question into an
 `AnswerRecord`; `AnswerRecord.to_row()` is the one conversion to an output line (JSONL or
 Parquet).
@@ -50,7 +50,7 @@ class Candidate:
     """One retrieved chunk on its way through rerank and answer: the chunk row's display
     columns and the scores the stages give it. Never changed in place: a stage that rescores
     or reorders returns new candidates (`dataclasses.replace`)."""
-    # the chunk row (transforms.query.chunkstore.COLUMNS)
+    # the chunk row's display columns (a segment's rows.arrow)
     chunk_no: Optional[int] = None
     chunk_id: Optional[str] = None
     doc_id: Optional[str] = None

@@ -47,7 +47,7 @@ class EmbedQuestionsFn(beam.DoFn):
         self.cfg, self.spec = cfg, spec
 
     def setup(self):
-        from transforms.index.artifacts import connect
+        from transforms.common.duck import connect
         from transforms.index.bm25 import Analyzer
         from transforms.index.segments import BM25_STEMMER
         from transforms.ingest.embed import Embedder
@@ -63,7 +63,7 @@ class EmbedQuestionsFn(beam.DoFn):
             self.con.close()
 
     def process(self, element):
-        from transforms.query.extract import content_words
+        from transforms.common.words import content_words
         shard, records = element
         qs = _questions(records)
         texts = [q.question for q in qs]

@@ -81,7 +81,7 @@ class SegmentSearcher:
         words = seg.words()
         self.word_df = dict(zip(words.column("word").to_pylist(), words.column("df").to_pylist()))
         if len(dead):  # the answerer's word df counts live chunks only
-            from transforms.query.extract import content_words
+            from transforms.common.words import content_words
             for text in seg.rows.column("text").take(np.asarray(dead, np.int64)).to_pylist():
                 for wd in content_words(text or ""):
                     self.word_df[wd] -= 1
@@ -188,7 +188,9 @@ class SegmentSearcher:
 
 
 def unseen_term_weight(num_docs: int) -> float:
-    """A query term no live chunk holds counts in the bound as one seen once (BM25Index's rule)."""
+    """A query term no live chunk holds counts in the bound with the idf of a term one chunk holds:
+    it is part of what was asked, so a question mostly about something else cannot reach full
+    coverage through its one known word."""
     return float(np.log10((num_docs - 1 + 0.5) / (1 + 0.5) + 1))
 
 

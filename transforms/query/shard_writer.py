@@ -53,7 +53,7 @@ def _parquet_value(key: str, value):
     if key in NESTED_COLUMNS:
         return json.dumps(value)
     if isinstance(value, str):  # Parquet strings are UTF-8: a lone surrogate becomes U+FFFD
-        from transforms.query.validate import has_surrogate, without_surrogates
+        from transforms.query.questions.validate import has_surrogate, without_surrogates
         return without_surrogates(value) if has_surrogate(value) else value
     return value
 

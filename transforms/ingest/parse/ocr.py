@@ -1,34 +1,13 @@
 """OCR of scanned PDF pages: decide which pages need it, render them, read them.
 
-Plain functions, no Beam. The pieces:
-
-- `page_needs_ocr`: a page is read by OCR when its text layer is (almost) empty and images
-  cover a real part of it (mode `auto`), always (`force`), or never (`off`).
-- `render_page`: pypdfium2 renders the page at `dpi`, capped so the long side stays within
-  `max_side_px` (a poster-sized page does not become a gigapixel bitmap).
-- `ocr_image`: rapidocr on onnxruntime (models ship inside the `rapidocr-onnxruntime` wheel;
-  nothing is downloaded). One engine per process and thread count, created on first use.
-- `reading_order`: boxes -> text, top to bottom, boxes of one line left to right, a blank
-  line where the vertical gap says a new paragraph starts. One column only: a two-column
-  scan comes out line by line across both columns.
-- `ocr_pdf`: all of the above for one PDF's pages; a page that cannot be read comes back as
-  an error string for that page, never as an exception that sinks the document.
-
-The OCR packages are an optional extra (`pip install ragbeam[ocr]`); without them, a page that
-needs OCR gets the error "OCR unavailable: ..." and the rest of the document is still indexed.
-
-How the setting reaches the parser (not wired yet; the parse stage takes no settings today):
-`parse_object_with_errors(raw, uris, ocr=OcrSettings(...))` and `parse_pdf(_with_errors)(...,
-ocr=...)` already take it (None = these defaults, mode auto). The wiring is a config section
-
-    class ParseConfig(_Strict):                      # configs/schema.py, `parse:` in YAML
-        ocr: Literal["auto", "off", "force"] = "auto"
-        ocr_dpi: int = Field(300, ge=72, le=600)
-        ocr_min_confidence: float = Field(0.75, ge=0, le=1)
-
-plus `ParseFn(acl_rules, ocr=OcrSettings(mode=cfg.parse.ocr, dpi=..., min_confidence=...))`
-passing `ocr=self.ocr` to parse_object_with_errors. Per-page errors already come back in the
-problems list ("page 3: OCR found no text") that ParseFn dead-letters.
+Plain functions, no Beam: `page_needs_ocr` (mode `auto`: an (almost) empty text layer over
+images that cover a real part of the page; `force`; `off`), `render_page` (pypdfium2 at `dpi`,
+the long side capped at `max_side_px`), `ocr_image` (rapidocr on onnxruntime, models inside the
+wheel, one engine per process and thread count), `reading_order` (top to bottom, one column:
+a two-column scan comes out line by line across both) and `ocr_pdf` (all of them for one PDF; a
+page that cannot be read comes back as an error string for that page, never as an exception).
+Without the optional `ocr` extra a page that needs OCR gets "OCR unavailable: ..." and the rest
+of the document is indexed. The settings come from the config's `parse:` section (OcrSettings).
 """
 from __future__ import annotations
 
