@@ -434,7 +434,8 @@ def rebuild_segments(cfg, index: str, log=lambda *_: None) -> dict:
         publish.clear_staging(index_dir)
         work = publish.staging_dir(index_dir, version)
         _copy_version(src_dir, work)
-        got = segment_version(index_dir, work, work, cfg, spec, None, log=log, shards=listed_shards(src_dir, manifest))
+        got = segment_version(index_dir, work, work, cfg, spec, None, log=log,
+                              shards=listed_shards(src_dir, manifest))
         manifest.update(version=version, segments=got["segments"], bm25=got["bm25"],
                         tombstones=sum(s["deleted"] for s in got["segments"]), rebuilt_from=src_name)
         storage.write_json(os.path.join(work, "manifest.json"), manifest)
