@@ -1,16 +1,18 @@
 """The index job: storage -> dedupe -> parse -> chunk -> contextualize -> embed -> Parquet -> segments.
 
 The driver lists the source, runs one Beam pipeline that writes the shards of a
-new version into a staging dir, carries unchanged rows over, has a second Beam pipeline
+new version into a staging dir, moves them into the shared shard store (INDEX/shards/, content-
+addressed) and lists them with the live version's shards it keeps (deletions recorded, unchanged
+shards never rewritten: transforms/index/incremental.py), has a second Beam pipeline
 build the new segments on workers (pipelines/segments.py: unchanged segments are reused,
 deletions become tombstones), writes the manifest and summary, and only then publishes
 the version by switching the CURRENT pointer. A failure anywhere leaves the live version as it was.
 
 The index directory may be a local path or an s3:// prefix. On object storage the
 workers write their shards straight into the staging prefix and new segments straight
-into INDEX/segments/; the driver mirrors the shards it needs into a local scratch dir,
-uploads what it made (sources, carried rows, segment statistics, manifest last) and
-publishes (CURRENT written last).
+into INDEX/segments/; the driver mirrors what it plans from into a local scratch dir (never the
+live chunk shards), copies the new shards server-side into INDEX/shards/, uploads what it made
+(sources, deletions, segment statistics, manifest last) and publishes (CURRENT written last).
 The listing never travels in the job graph: the plan is written as files into the
 staging prefix and read inside the pipeline.
 """
@@ -35,8 +37,9 @@ from transforms.ingest.dedupe import (NEAR_DUPLICATES, SIGNATURES, DedupeByConte
                                       NearDedupeDocuments)
 from transforms.ingest.embed import EmbedChunks, EmbedChunksFn, ModelSpec, model_spec_from_config
 from transforms.ingest.embed_cache import NEW_ENTRIES_DIR, cache_schema, commit_new_entries, namespace_dir
-from transforms.index.incremental import (SOURCES_READ_DIR, Plan as IndexPlan, load_live, make_plan, processing_key,
-                                    write_sources_and_carry)
+from transforms.index import shard_store
+from transforms.index.incremental import (SOURCES_READ_DIR, Plan as IndexPlan, list_version_shards, load_live,
+                                          make_plan, processing_key, write_sources_and_carry)
 from transforms.common.counters import DEAD_LETTER, read_counters
 from transforms.common.fault_injection import kill_point
 from transforms.common import storage
@@ -316,17 +319,23 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
     fetched = storage.download_tree(out_dir, work_dir, only=tuple(
         d + "/" for d in (CHUNKS_DIR, DOCUMENTS_DIR, DEAD_LETTERS_DIR, SOURCES_READ_DIR, NEAR_DUPLICATES_DIR,
                           SIGNATURES_DIR))) if remote else []
-    changes = write_sources_and_carry(plan, work_dir)
-    if not shard_has_rows(work_dir, CHUNKS_DIR):
+    changes, carry = write_sources_and_carry(plan, work_dir, index_dir=index_dir)
+    if not shard_has_rows(work_dir, CHUNKS_DIR) and not (carry and carry.tables[CHUNKS_DIR].live_rows):
         dead = stats.get("read_errors", 0) + stats.get("dead_lettered_parse", 0)
         raise NoChunksError(f"no chunks to index from {input_uri}: {len(plan.listed)} objects, "
                             f"{dead} dead-lettered (reasons in {out_dir}/dead_letters); nothing published")
+    # the run's new shards join the shared store; the version lists them and the live ones it keeps
+    shards = list_version_shards(index_dir, work_dir, carry, staged_dir=out_dir if remote else None,
+                                 cache=scratch if remote else None)
     segmented = {}
     # counts first: a run that does not reconcile is not published, so it builds no segments
     balanced = reconcile(stats, listed=len(plan.listed), skipped=len(plan.skipped))["balanced"]
     if cfg.artifacts.build and balanced:  # segments: built by workers, unchanged ones reused (pipelines/segments.py)
         segmented = segment_version(index_dir, work_dir, out_dir, cfg, spec,
-                                    plan.live.manifest if plan.live else None, beam_args=beam_args, log=log)
+                                    plan.live.manifest if plan.live else None, beam_args=beam_args, log=log,
+                                    shards=shards, live_dir=publish.version_dir(
+                                        index_dir, os.path.basename(plan.live.version_dir.rstrip("/")))
+                                    if plan.live else None)
     artifact = {k: segmented[k] for k in ("artifact_s", "plan_s", "build_s", "stats_s")} if segmented else {}
     if segmented:
         artifact.update(segments=len(segmented["segments"]), rows=sum(s["live"] for s in segmented["segments"]),
@@ -334,14 +343,16 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
     kill_point("after_artifact")
     summary = reconcile(stats, listed=len(plan.listed), skipped=len(plan.skipped))
     summary.update(changes)
+    summary["shards"] = shards.summary()
     summary["skipped_at_listing"] = {k: len(v) for k, v in skipped_at_listing.items()}
     summary["skipped_at_listing_paths"] = {k: v[:100] for k, v in skipped_at_listing.items()}
     summary.update(version=version, input=input_uri, wall_s=round(time.monotonic() - started, 2),
                    pipeline_s=round(pipeline_s, 2), artifact=artifact,
                    previous_version=os.path.basename(plan.live.version_dir) if plan.live else None)
     versions = current_versions(cfg, spec)
+    tables = shard_store.manifest_tables(work_dir, shards.tables)  # + the deletions, beside the manifest
     write_run_outputs(work_dir, cfg, spec, summary, versions=versions, processing_key=processing_key(versions),
-                      segmented=segmented)
+                      segmented=segmented, tables=tables)
     if not summary["balanced"]:  # an element went missing somewhere: publishing would hide the loss
         raise UnbalancedRun(summary)
     # The eval gate (if configured) decides before anything becomes visible.
@@ -350,7 +361,7 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
     if gate is not None:
         summary["gate"] = gate
         write_run_outputs(work_dir, cfg, spec, summary, versions=versions,
-                          processing_key=processing_key(versions), segmented=segmented)
+                          processing_key=processing_key(versions), segmented=segmented, tables=tables)
         if not gate["passed"]:
             raise GateFailed(gate, summary)
     if remote:
@@ -387,6 +398,7 @@ def after_switch(cfg: Config, index_dir: str, version: str, cache_dir: str, summ
             publish.version_dir(index_dir, version), context_cache_dir(index_dir, cfg), version, NEW_CONTEXTS_DIR))
     pruned = after_publish(index_dir, cfg.index.keep_versions, log)
     summary["pruned"], summary["pruned_segments"] = pruned["pruned"], pruned["pruned_segments"]
+    summary["pruned_shards"] = pruned["pruned_shards"]
     return warnings + pruned["warnings"]
 
 

@@ -140,9 +140,10 @@ def test_killed_runs_leave_the_live_version_answering(tmp_path, test_config):
 
 
 def test_carried_chunks_are_the_live_rows_with_their_new_paths(tmp_path, test_config):
-    """The carried chunks file holds exactly the live rows of the unchanged documents, in their
-    live order: every column equal (vectors bit for bit), the schema chunk_schema(dim) as written
-    by pyarrow, and only source_uris moved (a copy of fnmatch.3 appeared tonight)."""
+    """The new version's carried chunks are exactly the live rows of the unchanged documents:
+    every column equal (vectors bit for bit), only source_uris moved (a copy of fnmatch.3 appeared
+    tonight); the shards it wrote for them have the schema chunk_schema(dim) as written by pyarrow,
+    and the others are the live version's shards, listed again."""
     import shutil
 
     import numpy as np
@@ -150,13 +151,14 @@ def test_carried_chunks_are_the_live_rows_with_their_new_paths(tmp_path, test_co
     import pyarrow.parquet as pq
 
     from tests.conftest import copy_corpus
-    from transforms.index.incremental import CARRIED_FILE
+    from transforms.index import shard_store
     from transforms.records import chunk_schema, embedding_dim
 
     src = copy_corpus(tmp_path / "src", TINY)
     index_dir = tmp_path / "index"
     assert run_index(test_config, str(src), str(index_dir), progress=False, log=quiet)["balanced"]
-    live = read_table(publish.resolve_index(str(index_dir)), "chunks")
+    live = read_table(publish.resolve_index(str(index_dir)), "chunks").sort_by("chunk_id")
+    first = json.load(open(os.path.join(publish.resolve_index(str(index_dir)), "manifest.json")))
     changed = src / "nodejs/api/punycode.md"
     changed.write_text(changed.read_text() + "\n\n## Added tonight\n\nA new paragraph.\n")
     (src / "zz-copy").mkdir()
@@ -164,14 +166,12 @@ def test_carried_chunks_are_the_live_rows_with_their_new_paths(tmp_path, test_co
     second = run_index(test_config, str(src), str(index_dir), progress=False, log=quiet)
     assert second["balanced"], second
 
-    carried = pq.read_table(os.path.join(publish.resolve_index(str(index_dir)), "chunks", CARRIED_FILE))
-    expected = live.filter(pa.array([not u.endswith("punycode.md") for u in live.column("source_uri").to_pylist()]))
+    vdir = publish.resolve_index(str(index_dir))
+    now = read_table(vdir, "chunks").sort_by("chunk_id")
+    keep = lambda t: pa.array([not u.endswith("punycode.md") for u in t.column("source_uri").to_pylist()])  # noqa: E731
+    carried, expected = now.filter(keep(now)), live.filter(keep(live))
     assert second["carried_chunks"] == carried.num_rows == expected.num_rows > 0
     assert carried.column("chunk_id").to_pylist() == expected.column("chunk_id").to_pylist()
-    dim = embedding_dim(live.schema)
-    pq.write_table(pa.Table.from_pylist([], chunk_schema(dim)), tmp_path / "empty.parquet")
-    assert carried.schema.equals(pq.read_schema(tmp_path / "empty.parquet"))
-    assert carried.schema.field("embedding").type.list_size == dim
     bits = lambda t: np.asarray(t.column("embedding").combine_chunks().flatten()).view(np.uint32)  # noqa: E731
     assert np.array_equal(bits(carried), bits(expected))
     assert carried.drop_columns(["source_uris"]).equals(expected.drop_columns(["source_uris"]))
@@ -181,3 +181,13 @@ def test_carried_chunks_are_the_live_rows_with_their_new_paths(tmp_path, test_co
             if row["source_uri"].endswith("man/man3/fnmatch.3") else []
         assert uris == sorted(row["source_uris"] + copies), row
     assert any(len(u) == 2 for u in carried.column("source_uris").to_pylist())
+    # the shards written tonight: the changed file's and the moved rows, in chunk_schema(dim)
+    dim = embedding_dim(live.schema)
+    pq.write_table(pa.Table.from_pylist([], chunk_schema(dim)), tmp_path / "empty.parquet")
+    listed = shard_store.table_shards(vdir, "chunks")
+    before = {e["name"] for e in first["tables"]["chunks"]["shards"]}
+    new = [e.name for e in listed.entries if e.name not in before]
+    assert new and len(new) == second["shards"]["chunks"]["written"]
+    for name in new:
+        path = shard_store.shard_uri(str(index_dir), "chunks", name)
+        assert pq.read_schema(path).equals(pq.read_schema(tmp_path / "empty.parquet")), name

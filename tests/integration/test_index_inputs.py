@@ -10,10 +10,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pyarrow.parquet as pq
 
 from tests.unit.test_index_inputs import (HIDDEN, HIDDEN_FILES, _jsonl_unique, _peak, flate_pdf, make_tree, nested_divs,
                                           unclosed_rows)
+from transforms.index.shards import read_table
 from transforms.ingest.parse import ParseFn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,10 +72,10 @@ def test_the_index_job_indexes_deep_html_counts_hidden_names_and_dead_letters_a_
     assert s["skipped_at_listing"] == {"hidden": 3}
     assert len(s["skipped_at_listing_paths"]["hidden"]) == 3
     version = resolve_index(str(tmp_path / "index"))
-    dead = pq.read_table(os.path.join(version, "dead_letters")).to_pylist()
+    dead = read_table(version, "dead_letters").to_pylist()
     assert [(os.path.basename(d["source_uri"]), d["reason"]) for d in dead] == [
         ("bomb.pdf", "PDF streams inflate to more than parse.max_inflated_bytes=8388608")]
-    chunks = " ".join(c["text"] for c in pq.read_table(os.path.join(version, "chunks")).to_pylist())
+    chunks = " ".join(c["text"] for c in read_table(version, "chunks").to_pylist())
     assert "row 300 of the legacy table" in chunks and "row 399 of the legacy table" in chunks
     assert "the deep text" in chunks and "the text after the nest" in chunks
 
@@ -88,11 +88,11 @@ def test_hostile_names_and_links_never_sink_the_index_job(hostile_corpus, test_c
     assert s["balanced"]
     assert s["listed"] == 2 and s["parsed"] == 1 and s["dead_lettered"] == 1  # good.md + the bad name
     version = resolve_index(str(index_dir))
-    dead = pq.read_table(os.path.join(version, "dead_letters")).to_pylist()
+    dead = read_table(version, "dead_letters").to_pylist()
     assert [(d["source_uri"].endswith("bad\\xffname.md"), d["reason"]) for d in dead] == \
         [(True, "file name is not valid UTF-8")]
     assert s["skipped_at_listing"] == {"symlink_outside_root": 2, "dangling_link": 1, "not_a_regular_file": 1}
-    chunks = pq.read_table(os.path.join(version, "chunks")).to_pylist()
+    chunks = read_table(version, "chunks").to_pylist()
     assert not any("root:x:0:0" in c["text"] for c in chunks)  # /etc/passwd-like target not indexed
 
 

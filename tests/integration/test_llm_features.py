@@ -18,7 +18,7 @@ from pipelines.answer import run_answer
 from pipelines.index import run_index
 from tests.integration.test_local_llm import read_records, write_questions
 from transforms.index import publish
-from transforms.index.shards import shard_files
+from transforms.index.shards import read_table
 from transforms.query.grounding import CLAIM_NOT_IN_SOURCE, NO_CITATION, QUOTE_NOT_IN_SOURCE
 
 # A small corpus with three injected instructions: to ignore the rules, to cite a source for a
@@ -58,7 +58,7 @@ def llm_cfg(test_config, base_url, **sections):
 
 def chunk_rows(index_dir) -> list[dict]:
     version = publish.resolve_index(str(index_dir))
-    return [r for f in shard_files(version, "chunks") for r in pq.read_table(f).to_pylist()]
+    return read_table(version, "chunks").to_pylist()
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ from transforms.ingest.parse import ParseError, parse_object_with_errors  # noqa
 from transforms.ingest.parse.ocr import (OcrLine, OcrSettings, cer, ocr_metadata, ocr_pdf,  # noqa: E402
                                   page_needs_ocr, reading_order)
 from transforms.ingest.parse.pdf import parse_pdf, parse_pdf_with_errors  # noqa: E402
+from transforms.index.shards import read_table  # noqa: E402
 from transforms.records import RawObject  # noqa: E402
 
 # Measured on this machine (11 pt Helvetica, scanned at 200 dpi with noise, read at 300 dpi):
@@ -192,8 +193,6 @@ def test_index_job_ocrs_scanned_pages_and_dead_letters_unreadable_ones(test_conf
     one dead letter with its reason, and the run's counts reconcile."""
     import json
 
-    import pyarrow.parquet as pq
-
     from pipelines.index import run_index
     from transforms.index.publish import resolve_index
 
@@ -209,9 +208,9 @@ def test_index_job_ocrs_scanned_pages_and_dead_letters_unreadable_ones(test_conf
     assert s["balanced"] and s["parsed"] == 2 and s["dead_lettered"] == 0
     assert s["dead_lettered_pages"] == 1
     version = resolve_index(str(tmp_path / "index"))
-    dead = pq.read_table(os.path.join(version, "dead_letters")).to_pylist()
+    dead = read_table(version, "dead_letters").to_pylist()
     assert [(d["stage"], d["reason"].split(":")[0]) for d in dead] == [("parse", "page 3")]
-    chunks = [c for c in pq.read_table(os.path.join(version, "chunks")).to_pylist()
+    chunks = [c for c in read_table(version, "chunks").to_pylist()
               if c["source_uri"].endswith("mixed.pdf")]
     by_page = {}
     for c in chunks:

@@ -69,8 +69,16 @@ def test_index_on_s3_publishes_nightly_runs_and_prunes(s3_server, s3_source, tes
     vkeys = [k[len(f"idx-nightly/versions/{v1}/"):] for k in names if k.startswith(f"idx-nightly/versions/{v1}/")]
     for expected in ("manifest.json", "summary.json", "sources/sources.parquet"):
         assert expected in vkeys, (expected, vkeys)
-    assert any(k.startswith("chunks/part-") for k in vkeys) and any(k.startswith("documents/") for k in vkeys)
+    assert not any(k.startswith(("chunks/", "documents/", "dead_letters/")) for k in vkeys)  # in shards/
     assert not any(k.startswith(("_plan/", "sources_read/", "embeddings_new/")) or "_temporary" in k for k in vkeys)
+    # the version's shards are shared objects under shards/<table>/<sha256>.parquet, each with its summary
+    m1 = json.loads(storage.read_text(f"{index2}/versions/{v1}/manifest.json"))
+    shard_keys = set(keys(s3_server, "s3index", "idx-nightly/shards/"))
+    for table in ("chunks", "documents", "dead_letters"):
+        for e in m1["tables"][table]["shards"]:
+            assert f"idx-nightly/shards/{table}/{e['name']}.parquet" in shard_keys
+            assert f"idx-nightly/shards/{table}/{e['name']}.keys.parquet" in shard_keys
+    assert not [k for k in shard_keys if "/_temporary" in k]
     # the cache got the new vectors, named after their (published) version
     cache = [k for k in names if k.startswith("idx-nightly/cache/embeddings/")]
     assert cache and all(os.path.basename(k).startswith(v1) for k in cache)
@@ -95,17 +103,28 @@ def test_index_on_s3_publishes_nightly_runs_and_prunes(s3_server, s3_source, tes
     assert second["carried_documents"] > 0 and second["cache_hits"] > 0
     assert second["embedded"] < second["chunks"]
     assert second["pruned"] and publish.list_versions(index2) == [second["version"]]  # keep_versions: 1
+    # tonight wrote new shard objects only: every shard v1 listed that v2 lists is the same object,
+    # and the shards on S3 are exactly those v2 lists (pruning dropped what only v1 listed)
+    m2 = json.loads(storage.read_text(f"{index2}/versions/{second['version']}/manifest.json"))
+    for table in ("chunks", "documents", "dead_letters"):
+        before = {e["name"] for e in m1["tables"][table]["shards"]}
+        now = {e["name"] for e in m2["tables"][table]["shards"]}
+        assert len(now - before) <= second["shards"][table]["written"], table
+        present = {k.rsplit("/", 1)[-1].split(".", 1)[0] for k in keys(s3_server, "s3index", f"idx-nightly/shards/{table}/")}
+        assert present == now, table
+    assert {e["name"] for e in m1["tables"]["documents"]["shards"]} & \
+        {e["name"] for e in m2["tables"]["documents"]["shards"]}  # listed again, not rewritten
     # the segments on S3 are exactly the live version's: pruning dropped those only v1 listed
     man2 = json.loads(storage.read_text(f"{index2}/versions/{second['version']}/manifest.json"))
     listed = {x["id"] for x in man2["segments"]}
     present = {k.split("/")[2] for k in keys(s3_server, "s3index", "idx-nightly/segments/")}
     assert present == listed
-    # the driver fetched ids, vocabularies, lengths and postings of the live segments, never
-    # their vectors, sentences or text
+    # the driver fetched key summaries, vocabularies, lengths and postings of the live segments
+    # (ids only of those it merges), never their vectors, sentences or text
     fetched = {p.name for p in (tmp_path / "host-cache" / "segment_parts").rglob("*")
                if p.is_file() and not p.name.startswith(".") and not p.name.endswith(".lock")}
-    assert "ids.arrow" in fetched and fetched <= {"segment.json", "ids.arrow", "terms.arrow", "doc_len.npy",
-                                                  "post_ptr.npy", "post_doc.npy"}, fetched
+    assert "keys.arrow" in fetched and fetched <= {"segment.json", "keys.arrow", "ids.arrow", "terms.arrow",
+                                                   "doc_len.npy", "post_ptr.npy", "post_doc.npy"}, fetched
 
     # the same state indexed from scratch into a local index: same rows
     scratch = run_index(cfg, "s3://s3index/night0", str(tmp_path / "scratch"), progress=False, log=quiet)

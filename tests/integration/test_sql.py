@@ -120,3 +120,58 @@ def test_a_version_on_object_storage(mini_index, s3_config_env, tmp_path, capsys
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def test_after_a_nightly_the_views_hold_exactly_the_live_rows(tmp_path, test_config, capsys):
+    """A nightly lists the shared shards again and records the rows that left as deletions: the
+    views leave those rows out (the removed and changed documents' old rows are not there), the
+    version before still shows them, and a version keeping its shards in its own folder (written
+    before the shared store) is read from there."""
+    from pipelines.index import run_index
+    from tests.conftest import copy_corpus
+    from transforms.index import shard_store
+    from transforms.index.shards import read_table
+    src = copy_corpus(tmp_path / "src")  # enough rows that the nightly records deletions, not compactions
+    idx = tmp_path / "idx"
+    quiet = lambda *_: None  # noqa: E731
+    old = run_index(test_config, str(src), str(idx), progress=False, log=quiet)["version"]
+    changed = src / "nodejs/api/punycode.md"
+    changed.write_text(changed.read_text() + "\n\n## Added tonight\n\nA new paragraph about tonight.\n")
+    (src / "git/git-version.txt").unlink()
+    run_index(test_config, str(src), str(idx), progress=False, log=quiet)
+    m, vdir = _manifest(idx), publish.resolve_index(str(idx))
+    assert m["tables"]["chunks"]["deletions"] and m["tables"]["documents"]["deletions"]
+    live = read_table(vdir, "chunks", ["chunk_id"]).column(0).to_pylist()
+    got, = _json_rows(capsys, ["--index", str(idx), "--query", COUNTS])
+    assert got["chunks"] == len(live) == sum(s["live"] for s in m["segments"])
+    assert got["documents"] == read_table(vdir, "documents").num_rows
+    ids = _json_rows(capsys, ["--index", str(idx), "--query", "SELECT chunk_id FROM chunks"])
+    assert sorted(r["chunk_id"] for r in ids) == sorted(live)
+    gone = """SELECT (SELECT count(*) FROM chunks WHERE source_uri LIKE '%git-version.txt') AS removed,
+                     (SELECT count(*) FROM documents WHERE source_uri LIKE '%git-version.txt') AS removed_docs,
+                     (SELECT count(*) FROM documents WHERE source_uri LIKE '%punycode.md') AS changed_docs"""
+    assert _json_rows(capsys, ["--index", str(idx), "--query", gone]) == [
+        {"removed": 0, "removed_docs": 0, "changed_docs": 1}]
+    before, = _json_rows(capsys, ["--index", str(idx), "--version", old, "--query", gone])
+    assert before["removed"] > 0 and before["removed_docs"] == 1 and before["changed_docs"] == 1
+    cat = tmp_path / "idx.duckdb"  # the catalog file applies the deletions too
+    assert main(["sql", "--index", str(idx), "--write-catalog", str(cat)]) == 0
+    capsys.readouterr()
+    con = duckdb.connect(str(cat), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM chunks").fetchone()[0] == len(live)
+    finally:
+        con.close()
+    # the same version as written before the shared store: its shards in its own folder
+    import pyarrow.parquet as pq
+    for table in shard_store.SHARED_TABLES:
+        live_rows = read_table(vdir, table)
+        os.makedirs(os.path.join(vdir, table))
+        pq.write_table(live_rows, os.path.join(vdir, table, "part-00000-of-00001.parquet"))
+    shutil.rmtree(os.path.join(vdir, shard_store.DELETIONS_DIR))
+    del m["tables"]
+    with open(os.path.join(vdir, "manifest.json"), "w", encoding="utf-8") as f:
+        json.dump(m, f)
+    shutil.rmtree(idx / "shards")
+    again, = _json_rows(capsys, ["--index", str(idx), "--query", COUNTS])
+    assert again == got

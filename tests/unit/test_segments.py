@@ -42,8 +42,13 @@ def test_merge_policy_tiers_tombstones_and_drops():
     big, s1, s2, gone = ids("a", 100), ids("b", 8), ids("c", 9), ids("d", 5)
     heavy = ids("e", 60)
     carried = pa.concat_arrays([big, s1, s2, heavy[:30]])  # d gone entirely, e loses half
-    live = [(n, a, np.zeros(0, np.int64)) for n, a in (("A", big), ("B", s1), ("C", s2), ("D", gone), ("E", heavy))]
-    plan = plan_segments(["fresh.parquet"], ids("f", 7), carried, live, pol)
+    segs = {"A": big, "B": s1, "C": s2, "D": gone, "E": heavy}
+
+    def live_of(names, carried):  # (id, rows, tombstones): the rows not carried are tombstoned
+        return [(n, len(segs[n]), np.flatnonzero(~np.isin(segs[n].to_pylist(), carried.to_pylist())))
+                for n in names]
+    live = live_of("ABCDE", carried)
+    plan = plan_segments(["fresh.parquet"], ids("f", 7), live, pol, segs.get)
     assert plan.dropped == ["D"]
     assert "A" in plan.keep and len(plan.keep["A"]) == 0  # a full segment is never merged for its size
     # B, C and the fresh rows are three of tier 0: merged; E is over the tombstone threshold: rewritten
@@ -51,5 +56,5 @@ def test_merge_policy_tiers_tombstones_and_drops():
     assert sum(i.chunks for i in plan.build) == 8 + 9 + 7 + 30
     assert all(i.chunks <= 100 for i in plan.build)
     # below the merge factor nothing merges: the fresh rows make their own segment
-    plan2 = plan_segments(["fresh.parquet"], ids("f", 7), pa.concat_arrays([big, s1]), live[:2], pol)
+    plan2 = plan_segments(["fresh.parquet"], ids("f", 7), live_of("AB", pa.concat_arrays([big, s1])), pol, segs.get)
     assert plan2.merged == [] and set(plan2.keep) == {"A", "B"} and [i.chunks for i in plan2.build] == [7]

@@ -3,12 +3,15 @@
 The live version's `sources` table says, per path, its size, mtime and content
 hash. A new run reads only paths that are new or whose size/mtime changed (or
 everything with `source.full_hash`). A content is *carried* - its document,
-chunk and dead-letter rows copied into the new version without parsing or
+chunk and dead-letter rows kept in the new version without parsing or
 embedding - when the live version already holds it, it is processed by the same
 versions (parser, chunker settings, contextualizer, model, ACL rules), and its
 representative path (the smallest key among its copies) is the same; then only
 the list of paths it is found under changes. Anything else is processed anew
 (vectors still come from the embedding cache when the text did not change).
+Carried rows are not copied: the new version lists the live version's shards again
+(transforms/index/shard_store.py) and records what left them; only rows whose paths
+changed, and those of compacted shards, are written again.
 """
 from __future__ import annotations
 
@@ -19,13 +22,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transforms.common import storage
 from transforms.common.s3 import is_s3
-from transforms.index import publish
+from transforms.index import publish, shard_store
+from transforms.index.shard_store import KEY_SEP
 from transforms.ingest.read import ListedObject
 from transforms.records import DEAD_LETTER_SCHEMA, DOCUMENT_SCHEMA, SOURCE_SCHEMA, chunk_schema, embedding_dim
 from transforms.index.shards import (CHUNKS_DIR, DEAD_LETTERS_DIR, DOCUMENTS_DIR, NEAR_DUPLICATES_DIR, SIGNATURES_DIR,
@@ -53,14 +58,24 @@ class LiveIndex:
     near_rows: list[dict] = field(default_factory=list)
 
 
-def mirror_version(version_uri: str, local_root: str) -> str:
-    """A local copy of a version on object storage (its tables and manifest): the driver plans
-    and carries rows over from it as from a local version."""
+def mirror_version(version_uri: str, local_root: str, chunk_shards: bool = True) -> str:
+    """A local copy of a version on object storage, laid out as an index (returns
+    local_root/versions/<v>; the shared shards it lists go to local_root/shards/): its own tables
+    and manifest, the documents and dead-letter shards it lists, the chunk shards' summaries and,
+    with chunk_shards, the chunk shards too (the index driver plans without them)."""
     name = version_uri.rstrip("/").rsplit("/", 1)[-1]
-    local = os.path.join(local_root, name)
+    local = os.path.join(local_root, publish.VERSIONS, name)
     only = ("manifest.json", SOURCES_DIR + "/", DOCUMENTS_DIR + "/", DEAD_LETTERS_DIR + "/", CHUNKS_DIR + "/",
-            NEAR_DUPLICATES_DIR + "/", SIGNATURES_DIR + "/")
+            NEAR_DUPLICATES_DIR + "/", SIGNATURES_DIR + "/", shard_store.DELETIONS_DIR + "/")
     storage.download_tree(version_uri, local, only=only)
+    manifest = shard_store.read_manifest_at(local)
+    source = shard_store.ShardSource(shard_store.index_of(version_uri), cache=local_root)
+    for table in shard_store.SHARED_TABLES:
+        listing = shard_store.table_shards(local, table, manifest)
+        for e in listing.entries if listing else []:
+            source.summary(table, e.name)
+            if table != CHUNKS_DIR or chunk_shards:
+                source.path(table, e.name)
     return local
 
 
@@ -72,7 +87,7 @@ def load_live(index_dir: str, scratch: Optional[str] = None) -> Optional[LiveInd
     vdir = publish.version_dir(index_dir, name)
     if is_s3(index_dir):
         import tempfile
-        vdir = mirror_version(vdir, os.path.join(scratch or tempfile.mkdtemp(prefix="ragbeam-"), "live"))
+        vdir = mirror_version(vdir, scratch or tempfile.mkdtemp(prefix="ragbeam-"), chunk_shards=False)
     manifest = publish.read_manifest(vdir)  # a cut one: one line naming it, not a traceback
     if not shard_files(vdir, SOURCES_DIR):
         return None  # a version without a sources table cannot be compared against
@@ -179,10 +194,15 @@ def _copies_by_hash(plan: Plan, read_rows: list[dict]) -> dict[str, list[tuple]]
     return out
 
 
-def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = None) -> dict:
-    """After the pipeline: the new sources table, and carried rows copied into out_dir.
+def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = None,
+                            index_dir: Optional[str] = None) -> tuple[dict, Optional["Carry"]]:
+    """After the pipeline: the new sources table, and what the new version keeps of the live one.
 
-    Returns counts: added, changed, removed, unchanged, carried_documents, carried_chunks.
+    The live version's shards are not copied: the carry lists them again, records the rows that
+    leave (deletions) and writes only rows that changed (a carried document's new paths) or that a
+    mostly-deleted or small shard still holds (compaction) into out_dir/<table>/CARRIED_FILE.
+    Returns (counts: added, changed, removed, unchanged, carried_documents, carried_chunks, ...;
+    the Carry, None without a live version).
     """
     today = today or datetime.date.today().isoformat()
     read_files = shard_files(out_dir, SOURCES_READ_DIR)
@@ -210,16 +230,21 @@ def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = Non
               "carried_documents": 0, "carried_chunks": 0, "carried_near_duplicates": 0}
     counts["unchanged"] = len(rows) - counts["added"] - counts["changed"]
     if live is None:
-        return counts
+        return counts, None
 
+    index_dir = index_dir or shard_store.index_of(live.version_dir)
+    source = shard_store.ShardSource(index_dir, cache=shard_store.index_of(live.version_dir)
+                                     if is_s3(index_dir) else None)
+    inherited = _inherited_tables(live, index_dir, out_dir)
     carried = {h for h, cs in copies.items() if is_carried(h, cs, plan.known_rep)}
-    if not carried:
-        return counts
     uris_of = {h: sorted(c[0] for c in copies[h]) for h in carried}
     rep_of = {h: representative(copies[h]) for h in carried}
+    carried_arr = pa.array(sorted(carried), pa.string())
 
-    docs = read_table(live.version_dir, DOCUMENTS_DIR)
-    docs = docs.filter(pc.is_in(docs.column("source_hash"), pa.array(sorted(carried))))
+    # documents: read whole (one row per document), each row tagged with its shard
+    docs_ts = inherited[DOCUMENTS_DIR]
+    live_docs = _tagged_rows(docs_ts, DOCUMENTS_DIR, source, DOCUMENT_SCHEMA)
+    docs = live_docs.filter(pc.is_in(live_docs.column("source_hash"), value_set=carried_arr))
     members_of = _carry_near_duplicates(live.version_dir, out_dir, carried, uris_of,
                                         set(docs.column("doc_id").to_pylist()), counts)
     # A record repeated verbatim in a re-processed file is already in the new rows: keep one.
@@ -228,13 +253,224 @@ def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = Non
         fresh_hashes = pa.concat_arrays([pq.read_table(f, columns=["content_hash"]).column(0).combine_chunks()
                                          for f in fresh])
         docs = docs.filter(pc.invert(pc.is_in(docs.column("content_hash"), fresh_hashes)))
-    # Per carried content (not per row): its paths and the representative's size/mtime as listed
-    # now (its bytes are the same); the rows take theirs by their source_hash.
+    new_docs = _with_new_paths(docs, carried, uris_of, rep_of, members_of)
+    old_paths = pc.binary_join(docs.column("source_uris"), KEY_SEP)
+    new_paths = pc.binary_join(new_docs.column("source_uris"), KEY_SEP)
+    paths_moved = pc.fill_null(pc.not_equal(old_paths, new_paths), True)
+    doc_changed = pc.or_(paths_moved, pc.fill_null(pc.not_equal(docs.column("mtime"), new_docs.column("mtime")), True))
+    doc_changed = _flat(doc_changed)
+    kept_doc_keys = shard_store.row_keys(DOCUMENTS_DIR, docs.filter(pc.invert(doc_changed)))
+    docs_out, compact_docs, _, _ = _settle(docs_ts, _tag_counts(live_docs, DOCUMENTS_DIR, len(docs_ts.entries)),
+                                           kept_doc_keys)
+    doc_rows = [new_docs.filter(doc_changed).drop_columns([SHARD_TAG])]
+    doc_rows += [live_docs.filter(_in_shards(live_docs, compact_docs)).filter(
+        pc.is_in(shard_store.row_keys(DOCUMENTS_DIR, live_docs.filter(_in_shards(live_docs, compact_docs))),
+                 value_set=kept_doc_keys)).drop_columns([SHARD_TAG])]
+    _write(pa.concat_tables([t.cast(DOCUMENT_SCHEMA) for t in doc_rows]), out_dir, DOCUMENTS_DIR)
+    counts["carried_documents"] = new_docs.num_rows
+
+    # chunks: decided per document from the shards' summaries; only moved paths and compacted
+    # shards are read
+    pair_keys = shard_store.row_keys(CHUNKS_DIR, new_docs)
+    moved = _flat(pc.fill_null(paths_moved, True))
+    kept_pairs = pair_keys.filter(pc.invert(moved))
+    moved_pairs, moved_uris = pair_keys.filter(moved), new_docs.column("source_uris").combine_chunks().filter(moved)
+    chunks_ts = inherited[CHUNKS_DIR]
+    summaries = [_live_summary(source.summary(CHUNKS_DIR, e.name), chunks_ts.deleted.get(e.name))
+                 for e in chunks_ts.entries]
+    chunks_out, compact_chunks, gone, kept_rows = _settle(chunks_ts, summaries, kept_pairs)
+    compacted = {e.name: e.live for _, e in compact_chunks}
+    touched = set(compacted) | {e.name for e, lk in zip(chunks_ts.entries, summaries) if len(moved_pairs)
+                                and lk.num_rows and pc.any(pc.is_in(lk.column("key"), value_set=moved_pairs)).as_py()}
+    written = _rewrite_chunks([(e, chunks_ts.deleted.get(e.name), e.name in compacted)
+                               for e in chunks_ts.entries if e.name in touched],
+                              source, out_dir, kept_pairs, moved_pairs, moved_uris)
+    counts["carried_chunks"] = kept_rows + written - sum(compacted.values())  # compacted rows count once
+    gone_keys = pc.unique(gone.filter(pc.invert(pc.is_in(gone, value_set=moved_pairs)))) if len(gone) else gone
+
+    # dead letters: read whole, kept by content hash
+    dl_ts = inherited[DEAD_LETTERS_DIR]
+    live_dead = _tagged_rows(dl_ts, DEAD_LETTERS_DIR, source, DEAD_LETTER_SCHEMA)
+    dl_keep = pc.unique(carried_arr)
+    dl_out, compact_dl, _, _ = _settle(dl_ts, _tag_counts(live_dead, DEAD_LETTERS_DIR, len(dl_ts.entries)), dl_keep)
+    compacted = live_dead.filter(_in_shards(live_dead, compact_dl))
+    compacted = compacted.filter(pc.is_in(shard_store.row_keys(DEAD_LETTERS_DIR, compacted), value_set=dl_keep))
+    _write(compacted.drop_columns([SHARD_TAG]).cast(DEAD_LETTER_SCHEMA), out_dir, DEAD_LETTERS_DIR)
+    return counts, Carry({DOCUMENTS_DIR: docs_out, CHUNKS_DIR: chunks_out, DEAD_LETTERS_DIR: dl_out}, gone_keys)
+
+
+@dataclass
+class Carry:
+    """What a new version keeps of the live one: the live shards it lists again (each with the keys
+    deleted from it), and the chunk keys that are gone (removed or processed again, not merely
+    moved to new paths): the segment step tombstones their rows."""
+    tables: dict[str, shard_store.TableShards]
+    gone_chunk_keys: pa.Array
+
+
+@dataclass
+class VersionShards:
+    """A new version's shards: per table the list (the live version's still listed, then this
+    run's), the names this run wrote, and what the segment step needs: the chunk shards holding
+    the rows processed this run, and the chunk keys that are gone (None: no live version)."""
+    tables: dict[str, shard_store.TableShards]
+    written: dict[str, list[str]]
+    fresh_chunks: list[str]
+    gone_chunk_keys: Optional[pa.Array]
+
+    def summary(self) -> dict:
+        return {t: {"listed": len(ts.entries), "written": len(self.written.get(t, [])), "live_rows": ts.live_rows,
+                    "deleted_rows": sum(e.deleted for e in ts.entries)} for t, ts in self.tables.items()}
+
+
+def list_version_shards(index_dir: str, work_dir: str, carry: Optional[Carry], staged_dir: Optional[str] = None,
+                        cache: Optional[str] = None) -> VersionShards:
+    """Put this run's shards (work_dir/<table>/*.parquet: the pipeline's and the carry's) into
+    the shared store and list the version's shards. On object storage the pipeline's shards are
+    copied server-side from where the workers staged them (staged_dir/<table>/)."""
+    tables, written, fresh = {}, {}, []
+    for table in shard_store.SHARED_TABLES:
+        inherited = carry.tables[table] if carry else shard_store.TableShards()
+        new = []
+        for f in shard_files(work_dir, table):
+            base = os.path.basename(f)
+            staged = storage.join(staged_dir, table, base) if staged_dir and base != CARRIED_FILE else None
+            entry = shard_store.store(index_dir, table, f, staged, cache=cache)
+            if entry.rows == 0 and any(e.name == entry.name for e in new):
+                continue  # an empty table is one empty shard, whatever wrote it
+            new.append(entry)
+            if table == CHUNKS_DIR and base != CARRIED_FILE:
+                fresh.append(entry.name)
+        folder = os.path.join(work_dir, table)
+        if os.path.isdir(folder) and not os.listdir(folder):
+            os.rmdir(folder)
+        names = {e.name for e in new}
+        # a live shard written again (the same bytes): all its rows are this run's, live
+        entries = [e for e in inherited.entries if e.name not in names] + new
+        deleted = {n: k for n, k in inherited.deleted.items() if n not in names}
+        tables[table] = shard_store.TableShards(entries, deleted)
+        written[table] = [e.name for e in new]
+    return VersionShards(tables, written, fresh, carry.gone_chunk_keys if carry else None)
+
+
+SHARD_TAG = "__shard"
+# Compaction: a shard whose deleted rows pass this fraction is rewritten (its live rows into the
+# carried shard) and leaves the list; so are the small shards (nightly runs write small ones) once
+# SMALL_SHARDS_MAX of them are listed. Either way only the rows of those shards are written.
+MAX_DELETED_FRACTION = 0.5
+SMALL_SHARD_ROWS = 20_000
+SMALL_SHARDS_MAX = 8
+
+
+def _inherited_tables(live: LiveIndex, index_dir: str, out_dir: str) -> dict[str, shard_store.TableShards]:
+    """The live version's shards per table; a version written before the shared store keeps its
+    shards in its own folder: they are put into the store as they are (hard links locally,
+    server-side copies on object storage), the live version untouched."""
+    out = {}
+    for table in shard_store.SHARED_TABLES:
+        listing = shard_store.table_shards(live.version_dir, table, live.manifest)
+        if listing is None:
+            remote = publish.version_dir(index_dir, os.path.basename(live.version_dir.rstrip("/")))
+            listing = shard_store.TableShards([
+                shard_store.adopt(index_dir, table, f, os.path.join(out_dir, "_adopt"),
+                                  storage.join(remote, table, os.path.basename(f)) if is_s3(index_dir) else None)
+                for f in shard_files(live.version_dir, table)])
+        out[table] = listing
+    import shutil
+    shutil.rmtree(os.path.join(out_dir, "_adopt"), ignore_errors=True)
+    return out
+
+
+def _tagged_rows(ts: shard_store.TableShards, table: str, source: shard_store.ShardSource,
+                 schema: pa.Schema) -> pa.Table:
+    """Every live row of a (small) table, with the number of the shard it is in."""
+    parts = []
+    for i, e in enumerate(ts.entries):
+        t = shard_store.read_shard(source.path(table, e.name), table, ts.deleted.get(e.name))
+        names = set(t.column_names)
+        t = pa.table({f.name: t.column(f.name) if f.name in names else pa.nulls(t.num_rows, f.type)
+                      for f in schema}).cast(schema)
+        parts.append(t.append_column(SHARD_TAG, pa.array([i] * t.num_rows, pa.int32())))
+    if not parts:
+        return schema.empty_table().append_column(SHARD_TAG, pa.array([], pa.int32()))
+    return pa.concat_tables(parts)
+
+
+def _tag_counts(rows: pa.Table, table: str, n: int) -> list[pa.Table]:
+    """Per shard: its live keys with their row counts (what a summary holds, from the rows)."""
+    empty = shard_store.SUMMARY_SCHEMA.empty_table()
+    if not rows.num_rows:
+        return [empty] * n
+    counts = (pa.table({"shard": rows.column(SHARD_TAG), "key": shard_store.row_keys(table, rows)})
+              .group_by(["shard", "key"]).aggregate([([], "count_all")]).sort_by("shard"))
+    shards = counts.column("shard").to_numpy()
+    starts = np.searchsorted(shards, np.arange(n + 1))
+    return [pa.table({"key": counts.column("key").slice(a, b - a),
+                      "rows": counts.column("count_all").slice(a, b - a).cast(pa.int64())})
+            for a, b in zip(starts[:-1], starts[1:])]
+
+
+def _flat(a) -> pa.Array:
+    return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
+
+
+def _live_summary(summary: pa.Table, deleted: Optional[pa.Array]) -> pa.Table:
+    if deleted is None or not len(deleted):
+        return summary
+    return summary.filter(pc.invert(pc.is_in(summary.column("key"), value_set=deleted)))
+
+
+def _in_shards(rows: pa.Table, compact: list) -> pa.ChunkedArray:
+    numbers = pa.array([i for i, _ in compact], pa.int32()) if compact else pa.array([], pa.int32())
+    return pc.is_in(rows.column(SHARD_TAG), value_set=numbers)
+
+
+def _settle(ts: shard_store.TableShards, live_keys: list[pa.Table], keep: pa.Array):
+    """The new list of a table's live shards: in each, the keys not in `keep` are deleted; a shard
+    left without a live row is dropped; a mostly deleted one, and the small ones once there are
+    SMALL_SHARDS_MAX of them, are compacted. Returns (listing, compacted [(index, entry)] for the
+    rows to copy, the keys newly deleted, the rows kept in place or compacted)."""
+    entries, deleted, compact, gone, kept_rows = [], {}, [], [], 0
+    kept_small = []
+    for i, (e, lk) in enumerate(zip(ts.entries, live_keys)):
+        alive = pc.is_in(lk.column("key"), value_set=keep) if lk.num_rows else pa.array([], pa.bool_())
+        dead_keys = lk.column("key").filter(pc.invert(alive)) if lk.num_rows else pa.array([], pa.string())
+        dead_rows = int(pc.sum(lk.column("rows").filter(pc.invert(alive))).as_py() or 0) if lk.num_rows else 0
+        gone.append(dead_keys.combine_chunks() if isinstance(dead_keys, pa.ChunkedArray) else dead_keys)
+        live_rows = e.live - dead_rows
+        kept_rows += max(live_rows, 0)
+        if live_rows <= 0:
+            continue  # nothing of it is live any more: no longer listed
+        entry = shard_store.ShardEntry(e.name, e.rows, e.rows - live_rows)
+        if entry.deleted > MAX_DELETED_FRACTION * entry.rows:
+            compact.append((i, entry))
+            continue
+        old = ts.deleted.get(e.name)
+        both = [a for a in (old, gone[-1]) if a is not None and len(a)]
+        if both:
+            deleted[e.name] = pa.concat_arrays([a.cast(pa.string()) for a in both])
+        entries.append(entry)
+        if entry.live < SMALL_SHARD_ROWS:
+            kept_small.append((i, entry))
+    if len(kept_small) >= SMALL_SHARDS_MAX:
+        names = {e.name for _, e in kept_small}
+        compact += kept_small
+        entries = [e for e in entries if e.name not in names]
+        deleted = {n: k for n, k in deleted.items() if n not in names}
+    gone_all = pa.concat_arrays(gone) if gone else pa.array([], pa.string())
+    return shard_store.TableShards(entries, deleted), [(i, e) for i, e in sorted(compact, key=lambda x: x[0])], \
+        gone_all, kept_rows
+
+
+def _with_new_paths(docs: pa.Table, carried: set[str], uris_of: dict, rep_of: dict,
+                    members_of: dict[str, set[str]]) -> pa.Table:
+    """Carried documents with the paths their content is found under tonight and the
+    representative's mtime as listed now (its bytes are the same); near-duplicate
+    representatives also take their members' paths."""
     by_hash = sorted(carried)
     at = pc.index_in(docs.column("source_hash"), value_set=pa.array(by_hash, pa.string()))
     doc_uris = pa.array([sorted(set(uris_of[h])) for h in by_hash], pa.list_(pa.string())).take(at)
     mtimes = pa.array([float(rep_of[h][3]) for h in by_hash], pa.float64()).take(at)
-    # near-duplicate representatives: their members' paths join theirs
     hit = pc.is_in(docs.column("doc_id"), pa.array(sorted(members_of), pa.string()))
     if pc.any(hit).as_py():
         reps = docs.filter(hit).select(["doc_id", "source_hash"])
@@ -244,52 +480,40 @@ def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = Non
         doc_uris = pc.if_else(hit, merged.take(pc.index_in(docs.column("doc_id"), value_set=pa.array(rep_ids))),
                               doc_uris)
     docs = docs.set_column(docs.schema.get_field_index("source_uris"), "source_uris", doc_uris)
-    docs = docs.set_column(docs.schema.get_field_index("mtime"), "mtime", mtimes)
-    _write(docs.cast(DOCUMENT_SCHEMA), out_dir, DOCUMENTS_DIR)
-    counts["carried_documents"] = docs.num_rows
-
-    counts["carried_chunks"] = _carry_chunks(live.version_dir, out_dir,
-                                             docs.select(["doc_id", "content_hash", "source_uris"]))
-
-    dead = read_table(live.version_dir, DEAD_LETTERS_DIR)
-    dead = dead.filter(pc.is_in(dead.column("content_hash"), pa.array(sorted(carried))))
-    _write(dead.cast(DEAD_LETTER_SCHEMA), out_dir, DEAD_LETTERS_DIR)
-    return counts
+    return docs.set_column(docs.schema.get_field_index("mtime"), "mtime", mtimes)
 
 
-# The carried chunks stream: live rows are read CARRY_READ_ROWS at a time, matched to the
-# carried documents, and written CARRY_ROW_GROUP_ROWS to a row group (~10k rows of 384-d
-# vectors plus text and sentence vectors is a few tens of MB), so memory holds a row group,
-# never the live table.
+# The rewritten chunks stream: rows are read CARRY_READ_ROWS at a time and written
+# CARRY_ROW_GROUP_ROWS to a row group (~10k rows of 384-d vectors plus text and sentence vectors is
+# a few tens of MB), so memory holds a row group, never a shard.
 CARRY_READ_ROWS = 2048
 CARRY_ROW_GROUP_ROWS = 10_000
 
 
-def _pair_key(table) -> pa.ChunkedArray:
-    """content_hash + "\\x1f" + doc_id: one string per (doc_id, content_hash) pair. A content
-    hash is hex (never "\\x1f"), so the first separator splits it: distinct pairs, distinct keys."""
-    return pc.binary_join_element_wise(table.column("content_hash"), table.column("doc_id"), "\x1f")
-
-
-def _carry_chunks(live_dir: str, out_dir: str, keys: pa.Table) -> int:
-    """Copy the live chunks of the carried documents into out_dir/chunks, in their live order,
-    with their new source_uris; returns how many. keys: one row per carried document (doc_id,
-    content_hash, source_uris). Each batch of live rows is matched by its (doc_id, content_hash)
-    in Arrow, cast to chunk_schema(dim) (columns added since the live version was written are
-    typed nulls) and written: no vector or per-row list is ever a Python object."""
-    files = shard_files(live_dir, CHUNKS_DIR)
-    if not files or not keys.num_rows:
+def _rewrite_chunks(shards: list[tuple], source: shard_store.ShardSource, out_dir: str, kept: pa.Array,
+                    moved: pa.Array, moved_uris: pa.Array) -> int:
+    """The chunk rows the new version holds in a new shard, written to out_dir/chunks/CARRIED_FILE
+    in their live order: those of documents found under new paths (source_uris replaced, nothing
+    else touched) and the kept rows of compacted shards. shards: (entry, its deleted keys,
+    compacted?) of the shards holding any. Returns how many rows."""
+    if not shards:
         return 0
-    schema = chunk_schema(embedding_dim(pq.read_schema(files[0])))
     target = os.path.join(out_dir, CHUNKS_DIR, CARRIED_FILE)
     partial = target + ".partial"  # not *.parquet: no reader takes it for a shard
-    writer, rows = None, 0
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    writer, rows, schema = None, 0, None
     try:
-        for group in _row_groups(_carried_batches(files, schema, keys), schema):
-            if writer is None:
-                writer = pq.ParquetWriter(partial, schema, compression="zstd")
-            writer.write_table(group)
-            rows += group.num_rows
+        for e, deleted, compacted in shards:
+            path = source.path(CHUNKS_DIR, e.name)
+            if schema is None:
+                schema = chunk_schema(embedding_dim(pq.read_schema(path)))
+            batches = _moved_or_kept(shard_store.live_batches(path, CHUNKS_DIR, deleted, batch_size=CARRY_READ_ROWS),
+                                     schema, kept if compacted else None, moved, moved_uris)
+            for group in _row_groups(batches, schema):
+                if writer is None:
+                    writer = pq.ParquetWriter(partial, schema, compression="zstd")
+                writer.write_table(group)
+                rows += group.num_rows
         if writer is not None:
             writer.close()
             writer = None
@@ -302,22 +526,27 @@ def _carry_chunks(live_dir: str, out_dir: str, keys: pa.Table) -> int:
     return rows
 
 
-def _carried_batches(files: list[str], schema: pa.Schema, keys: pa.Table) -> Iterable[pa.RecordBatch]:
-    # a document listed twice has the same paths in both rows: index_in takes the first
-    wanted = _pair_key(keys).combine_chunks()
-    uris = keys.column("source_uris").combine_chunks()
-    for f in files:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=CARRY_READ_ROWS):
-            at = pc.index_in(_pair_key(batch), value_set=wanted)
-            keep = pc.is_valid(at)
-            batch = batch.filter(keep)
-            if not batch.num_rows:
-                continue
-            names = set(batch.schema.names)
-            columns = [uris.take(at.filter(keep)) if field.name == "source_uris"
-                       else batch.column(field.name) if field.name in names
-                       else pa.nulls(batch.num_rows, field.type) for field in schema]
-            yield pa.RecordBatch.from_arrays(columns, names=schema.names).cast(schema)
+def _moved_or_kept(batches: Iterable[pa.RecordBatch], schema: pa.Schema, kept: Optional[pa.Array],
+                   moved: pa.Array, moved_uris: pa.Array) -> Iterable[pa.RecordBatch]:
+    """Rows of moved documents with their new source_uris, and (kept given) the rows of kept
+    documents as they are; cast to chunk_schema(dim) (columns added since a shard was written are
+    typed nulls): no vector or per-row list is ever a Python object."""
+    for batch in batches:
+        keys = shard_store.row_keys(CHUNKS_DIR, batch)
+        at = pc.index_in(keys, value_set=moved)  # a document listed twice has the same paths in both rows
+        keep = pc.is_valid(at)
+        if kept is not None:
+            keep = pc.or_(keep, pc.is_in(keys, value_set=kept))
+        batch, at = batch.filter(keep), at.filter(keep)
+        if not batch.num_rows:
+            continue
+        names = set(batch.schema.names)
+        uris = pc.if_else(pc.is_valid(at), moved_uris.take(at), batch.column("source_uris")) \
+            if "source_uris" in names else moved_uris.take(at)
+        columns = [uris if field.name == "source_uris"
+                   else batch.column(field.name) if field.name in names
+                   else pa.nulls(batch.num_rows, field.type) for field in schema]
+        yield pa.RecordBatch.from_arrays(columns, names=schema.names).cast(schema)
 
 
 def _row_groups(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterable[pa.Table]:
@@ -367,4 +596,5 @@ def _carry_near_duplicates(live_dir: str, out_dir: str, carried: set[str], uris_
 
 def _write(table: pa.Table, out_dir: str, name: str) -> None:
     if table.num_rows:
+        os.makedirs(os.path.join(out_dir, name), exist_ok=True)
         pq.write_table(table, os.path.join(out_dir, name, CARRIED_FILE), compression="zstd")

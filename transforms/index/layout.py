@@ -2,7 +2,8 @@
 
 An index writes only these entries (docs/index-layout.md):
 
-  CURRENT (+ CURRENT.tmp)  .lock  versions/<v>/  staging/<v>/  segments/<id>/  cache/  leases/<v>/
+  CURRENT (+ CURRENT.tmp)  .lock  versions/<v>/  staging/<v>/  segments/<id>/  shards/<table>/  cache/
+  leases/<v>/
 
 Anything else (a stray `versions/v1.txt`, a user's `staging/draft.txt`, `segments/clips/`) is not
 the index's: `unexpected_entries` reports it before a run does any work, every listing ignores
@@ -28,15 +29,18 @@ from typing import Optional
 from transforms.common import storage
 from transforms.common.errors import ActionableError
 from transforms.common.s3 import is_s3
+from transforms.index.shard_store import SHARDS_DIR, SHARED_TABLES
 
 CURRENT = "CURRENT"
 VERSIONS = "versions"
 STAGING = "staging"
 SEGMENTS = "segments"
+SHARDS = SHARDS_DIR  # transforms/index/shard_store.py: shards/<table>/<name>.parquet
+SHARD_TABLES = SHARED_TABLES
 CACHE = "cache"
 LEASES = "leases"
 LOCK = ".lock"
-TOP_LEVEL = {CURRENT, CURRENT + ".tmp", LOCK, VERSIONS, STAGING, SEGMENTS, CACHE, LEASES}
+TOP_LEVEL = {CURRENT, CURRENT + ".tmp", LOCK, VERSIONS, STAGING, SEGMENTS, SHARDS, CACHE, LEASES}
 VERSION_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")  # publish.new_version_name
 SEGMENT_RE = re.compile(r"^[0-9a-f]{32}$")  # segments.segment_id
 # a segment being written (segments.write_segment) or a host lock beside one
@@ -103,6 +107,7 @@ def unexpected_entries(index_dir: str) -> list[str]:
                     (STAGING, lambda root, n: is_version_name(n) and os.path.isdir(os.path.join(root, n))),
                     (SEGMENTS, lambda root, n: (is_segment_dir_name(n) and os.path.isdir(os.path.join(root, n)))
                      or bool(SEGMENT_WORK_RE.match(n))),
+                    (SHARDS, lambda root, n: n in SHARD_TABLES and os.path.isdir(os.path.join(root, n))),
                     (LEASES, lambda root, n: os.path.isdir(os.path.join(root, n)))):
         root = os.path.join(index_dir, sub)
         if not os.path.isdir(root):
@@ -129,8 +134,10 @@ def _s3_unexpected(index_dir: str, limit: int = 100_000) -> list[str]:
         elif top in (CURRENT, LOCK, CURRENT + ".tmp"):
             if len(parts) > 1:
                 odd.add(top)
-        elif len(parts) == 2 and top in (VERSIONS, STAGING, SEGMENTS, LEASES):
+        elif len(parts) == 2 and top in (VERSIONS, STAGING, SEGMENTS, SHARDS, LEASES):
             odd.add(rel)  # a file directly under a folder of folders
+        elif len(parts) > 2 and top == SHARDS and parts[1] not in SHARD_TABLES:
+            odd.add(f"{top}/{parts[1]}")
         elif len(parts) > 2 and top == STAGING and not is_version_name(parts[1]):
             odd.add(f"{top}/{parts[1]}")
         elif len(parts) > 2 and top == SEGMENTS and not is_segment_dir_name(parts[1]):

@@ -59,9 +59,11 @@ def reconcile(counters: dict[str, int], listed: int, skipped: int = 0) -> dict:
 
 
 def write_run_outputs(version_dir: str, cfg: Config, spec: ModelSpec, summary: dict,
-                      versions: dict, processing_key: str, segmented: Optional[dict] = None) -> None:
+                      versions: dict, processing_key: str, segmented: Optional[dict] = None,
+                      tables: Optional[dict] = None) -> None:
     """manifest.json and summary.json; `segmented` (pipelines/segments.py) gives the version's
-    segments, in order, and its corpus-wide BM25 statistics."""
+    segments, in order, and its corpus-wide BM25 statistics; `tables` the shared shards it lists
+    (transforms/index/shard_store.py)."""
     manifest = {
         "version": summary["version"],
         "model": model_record(spec),
@@ -73,6 +75,8 @@ def write_run_outputs(version_dir: str, cfg: Config, spec: ModelSpec, summary: d
         "artifact": summary.get("artifact", {}),
         "python": platform.python_version(),
     }
+    if tables is not None:
+        manifest["tables"] = tables
     if segmented:
         manifest["segments"] = segmented["segments"]
         manifest["bm25"] = segmented["bm25"]

@@ -14,6 +14,9 @@ A segment is a directory `INDEX/segments/<segment id>/` that every version listi
                      local numbers ascending within a term
   doc_len.npy        int32 (n): analysed length of each chunk (BM25 length normalisation)
   words.arrow        content words of the chunk texts (the answerer's lexical idf), with df
+  ids.arrow          the chunk_id column alone
+  keys.arrow         its summary for the nightly: each document key (content_hash + doc_id) with the
+                     local rows holding it, sorted by key (segments built before it have none)
   segment.json       id, counts, format and the sha256 of every file above; written last
 
 Corpus-wide statistics (BM25 df, N, average length) are not in a segment: they depend on
@@ -50,7 +53,8 @@ ROW_COLUMNS = ("chunk_id", "doc_id", "text", "context", "title", "heading_path",
 _ARRAYS = ("vectors", "sent_ptr", "sent_start", "sent_end", "sent_vec", "sent_has", "post_ptr", "post_doc",
            "post_tf", "doc_len")
 _TABLES = ("rows", "terms", "words")
-IDS_FILE = "ids.arrow"  # the chunk_id column alone: what the driver plans from (older segments lack it)
+IDS_FILE = "ids.arrow"  # the chunk_id column alone (older segments lack it)
+KEYS_FILE = "keys.arrow"  # document key -> local rows: what a nightly tombstones from (older segments lack it)
 ANALYZE_BLOCK = 20_000  # chunks analysed at a time: bounds the token lists held in Python
 
 
@@ -65,6 +69,7 @@ class SegmentRows:
     sent_end: np.ndarray
     sent_vec: np.ndarray  # int8 (m, dim)
     sent_has: np.ndarray
+    keys: Optional[pa.Array] = None  # each row's document key (shard_store.row_keys), None where unknown
 
     @property
     def n(self) -> int:
@@ -88,7 +93,11 @@ class SegmentRows:
         else:
             ptr, start, end = np.zeros(len(col) + 1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32)
             svec, has = np.zeros((0, dim), np.int8), np.zeros(len(col), bool)
-        return cls(t.select(list(ROW_COLUMNS)), vecs, ptr, start, end, svec, has)
+        keys = None
+        if "content_hash" in t.column_names and "doc_id" in t.column_names:
+            from transforms.index.shard_store import row_keys
+            keys = row_keys("chunks", t)
+        return cls(t.select(list(ROW_COLUMNS)), vecs, ptr, start, end, svec, has, keys)
 
     def take(self, idx: np.ndarray) -> "SegmentRows":
         idx = np.asarray(idx, np.int64)
@@ -99,7 +108,8 @@ class SegmentRows:
         return SegmentRows(self.rows.take(pa.array(idx)), np.asarray(self.vectors[idx], np.float32),
                            np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
                            np.asarray(self.sent_start[srows]), np.asarray(self.sent_end[srows]),
-                           np.asarray(self.sent_vec[srows]), np.asarray(self.sent_has[idx]))
+                           np.asarray(self.sent_vec[srows]), np.asarray(self.sent_has[idx]),
+                           self.keys.take(pa.array(idx)) if self.keys is not None else None)
 
     @staticmethod
     def concat(parts: list["SegmentRows"]) -> "SegmentRows":
@@ -114,7 +124,8 @@ class SegmentRows:
                 np.concatenate([p.vectors for p in parts]),
                 np.concatenate([[0]] + [p.sent_ptr[1:] + o for p, o in zip(parts, offs)]).astype(np.int64),
                 np.concatenate([p.sent_start for p in parts]), np.concatenate([p.sent_end for p in parts]),
-                np.concatenate([p.sent_vec for p in parts]), np.concatenate([p.sent_has for p in parts]))
+                np.concatenate([p.sent_vec for p in parts]), np.concatenate([p.sent_has for p in parts]),
+                pa.concat_arrays([p.keys for p in parts]) if all(p.keys is not None for p in parts) else None)
         order = np.asarray(pc.sort_indices(whole.rows.column("chunk_id")), np.int64)
         if len(order) and (order == np.arange(len(order))).all():
             return whole
@@ -242,6 +253,8 @@ def write_segment(seg: SegmentRows, segments_root: str, namespace: str, con=None
     with pa.OSFile(os.path.join(tmp, IDS_FILE), "wb") as sink:
         with pa.ipc.new_file(sink, pa.schema([("chunk_id", pa.string())])) as w:
             w.write_table(pa.table({"chunk_id": ids}).combine_chunks())
+    if seg.keys is not None:
+        _write_arrow(os.path.join(tmp, KEYS_FILE), key_rows(seg.keys))
     meta = {"id": sid, "format": SEGMENT_FORMAT, "namespace": namespace, "chunks": seg.n,
             "dim": int(vec.shape[1]), "analyzer": ANALYZER_VERSION, "stemmer": BM25_STEMMER,
             "analysis": analysis_fingerprint(),
@@ -262,6 +275,22 @@ def write_segment(seg: SegmentRows, segments_root: str, namespace: str, con=None
         if not os.path.exists(os.path.join(final, META_FILE)):
             raise
     return meta
+
+
+def key_rows(keys: pa.Array) -> pa.Table:
+    """keys.arrow: each distinct key with the local rows holding it (ascending), sorted by key."""
+    t = pa.table({"key": keys, "row": pa.array(np.arange(len(keys), dtype=np.int32))})
+    # one thread: each list keeps the input's (ascending) row order
+    t = t.group_by("key", use_threads=False).aggregate([("row", "list")]).rename_columns(["key", "rows"])
+    t = t.sort_by("key")
+    return pa.table({"key": t.column("key").combine_chunks().cast(pa.string()),
+                     "rows": t.column("rows").combine_chunks().cast(pa.list_(pa.int32()))})
+
+
+def _write_arrow(path: str, t: pa.Table) -> None:
+    with pa.OSFile(path, "wb") as sink:
+        with pa.ipc.new_file(sink, t.schema) as w:
+            w.write_table(t.combine_chunks())
 
 
 def _sha256(path: str) -> str:
@@ -325,6 +354,32 @@ class Segment:
         table = _read_arrow(path) if os.path.exists(path) else self.rows.select(["chunk_id"])
         return table.column("chunk_id").combine_chunks()
 
+    def has_keys(self) -> bool:
+        return KEYS_FILE in self.meta.get("files", {}) and os.path.exists(os.path.join(self.dir, KEYS_FILE))
+
+    def rows_of_keys(self, keys: pa.Array) -> Optional[np.ndarray]:
+        """The local rows of these document keys (sorted), from keys.arrow alone; None for a
+        segment built without it."""
+        if not self.has_keys():
+            return None
+        t = _read_arrow(os.path.join(self.dir, KEYS_FILE))
+        if not len(keys) or not t.num_rows:
+            return np.zeros(0, np.int64)
+        hit = t.column("rows").filter(pc.is_in(t.column("key"), value_set=keys))
+        flat = pc.list_flatten(hit.combine_chunks()) if len(hit) else pa.array([], pa.int32())
+        return np.unique(np.asarray(flat.to_numpy(zero_copy_only=False), np.int64))
+
+    def row_keys(self) -> Optional[pa.Array]:
+        """Every row's document key, in row order (None without keys.arrow)."""
+        if not self.has_keys():
+            return None
+        t = _read_arrow(os.path.join(self.dir, KEYS_FILE))
+        rows = t.column("rows").combine_chunks()
+        flat = np.asarray(pc.list_flatten(rows).to_numpy(zero_copy_only=False), np.int64)
+        parent = pc.list_parent_indices(rows)
+        keys = t.column("key").combine_chunks().take(parent)
+        return keys.take(pa.array(np.argsort(flat, kind="stable")))
+
     def terms(self) -> pa.Table:
         return _read_arrow(os.path.join(self.dir, "terms.arrow"))
 
@@ -337,7 +392,7 @@ class Segment:
     def to_rows(self, idx: Optional[np.ndarray] = None) -> SegmentRows:
         """Its rows (or the rows at idx) as a SegmentRows, e.g. to merge into a new segment."""
         whole = SegmentRows(self.rows, self.vectors, self.sent_ptr, self.sent_start, self.sent_end,
-                            self.sent_vec, self.sent_has)
+                            self.sent_vec, self.sent_has, self.row_keys())
         return whole.take(np.arange(self.n) if idx is None else idx)
 
 

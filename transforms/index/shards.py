@@ -1,4 +1,9 @@
-"""Parquet shards: the source of truth of an index version."""
+"""Parquet shards: the source of truth of an index version.
+
+The pipeline writes a run's new rows here (<version>/<table>/part-*.parquet); the index job then
+moves the chunks, documents and dead-letter shards into the shared store
+(transforms/index/shard_store.py), which `read_table` reads through the version's manifest.
+"""
 from __future__ import annotations
 
 import glob
@@ -52,6 +57,13 @@ def shard_files(version_dir: str, table: str) -> list[str]:
 
 
 def read_table(version_dir: str, table: str, columns: list[str] | None = None) -> pa.Table:
+    """Every live row of a version's table: the shared shards its manifest lists, deletions
+    applied (transforms/index/shard_store.py), or the files in its own folder (tables a version
+    keeps itself, and versions written before the shared store)."""
+    from transforms.index import shard_store
+    listing = shard_store.table_shards(version_dir, table) if table in shard_store.SHARED_TABLES else None
+    if listing is not None:
+        return shard_store.live_table(version_dir, table, columns, listing)
     files = shard_files(version_dir, table)
     if not files:
         raise FileNotFoundError(f"no {table} shards under {version_dir}")

@@ -1,8 +1,12 @@
 """SQL over one published index version: DuckDB views over its Parquet tables.
 
 `create_views` makes one view per table of a local version dir (chunks, documents, dead_letters,
-near_duplicates, sources), each over that version's own shard files (listed when the view is
-made, by absolute path), and a one-row table `manifest` (version, version_dir, manifest JSON).
+near_duplicates, sources), each exactly the version's live rows: over the shared shards its
+manifest's `tables` lists (INDEX/shards/<table>/, transforms/index/shard_store.py) without the
+keys its deletions file records, or, for a table the version keeps in its own folder (sources,
+near_duplicates, and every table of a version written before the shared store), over that
+folder's shards; files named when the view is made, by absolute path. Plus a one-row table
+`manifest` (version, version_dir, manifest JSON).
 `write_catalog` writes the same into a DuckDB file that any DuckDB client opens; its views read
 the files in place, so it works while the version is kept (`index.keep_versions`).
 """
@@ -13,6 +17,7 @@ import os
 
 import pyarrow as pa
 
+from transforms.index import shard_store
 from transforms.index.incremental import SOURCES_DIR
 from transforms.index.shards import (CHUNKS_DIR, DEAD_LETTERS_DIR, DOCUMENTS_DIR, NEAR_DUPLICATES_DIR,
                                      shard_files)
@@ -35,12 +40,30 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _shared_view(version_dir: str, table: str, info: dict) -> str:
+    """The SELECT of a shared table's live rows: its listed shards, less the (shard, key) pairs of
+    the version's deletions (a key as shard_store.row_keys makes it)."""
+    index_dir = shard_store.index_of(version_dir)
+    files = ", ".join(_literal(shard_store.shard_uri(index_dir, table, e["name"])) for e in info.get("shards", []))
+    # union_by_name: shards written before a column existed read it as NULL
+    rows = f"read_parquet([{files}], union_by_name = true, filename = '_shard_file')"
+    if not info.get("deletions"):
+        return f"SELECT * EXCLUDE (_shard_file) FROM {rows}"
+    key = " || chr(31) || ".join(f"coalesce(CAST(r.{c} AS VARCHAR), '')" for c in shard_store.KEY_COLUMNS[table])
+    deleted = _literal(os.path.join(version_dir, info["deletions"]))
+    return (f"SELECT r.* EXCLUDE (_shard_file) FROM {rows} AS r WHERE NOT EXISTS (SELECT 1 FROM "
+            f"read_parquet({deleted}) AS d WHERE d.shard = parse_filename(r._shard_file, true) AND d.key = {key})")
+
+
 def create_views(con, version_dir: str, manifest: dict) -> list[str]:
     """The version's views (and the manifest table) in `con`; returns their names in order."""
     version_dir = os.path.abspath(version_dir)
+    shared = shard_store.listed_tables(manifest) or {}
     for name, (folder, schema) in TABLES.items():
         files = shard_files(version_dir, folder)
-        if files:
+        if shared.get(folder, {}).get("shards"):
+            con.execute(f"CREATE VIEW {name} AS {_shared_view(version_dir, folder, shared[folder])}")
+        elif files and folder not in shared:
             listed = ", ".join(_literal(f) for f in files)
             # union_by_name: shards written before a column existed read it as NULL
             con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{listed}], union_by_name = true)")
