@@ -192,19 +192,16 @@ def main(argv=None) -> None:
     m.page_w, m.page_b = fit_lr(np.array(X), np.array(Y), np.array(W))
     print("page model:", dict(zip(S.PAGE_FEATURES, np.round(m.page_w, 3))), flush=True)
 
-    # 2. sentences (their page's probability is a feature)
-    X, Y, W = [], [], []
-    for name, qs in sets.items():
-        for q, sc in zip(qs["tune"], score_all(answerers[name], m, qs["tune"])):
-            if not q["answers"] or not len(sc.flat):
-                continue
-            ys = [sc.docs[sc.page_of[i]] in q["rel"] and M.contains_span(s, q["answers"])
-                  for i, (_, s) in enumerate(sc.flat)]
-            if not any(ys):
-                continue
-            X.extend(sc.sent_x), Y.extend(ys), W.extend([wset[name] / len(ys)] * len(ys))
-    m.sent_w, m.sent_b = fit_lr(np.array(X), np.array(Y), np.array(W))
-    print("sentence model:", dict(zip(S.SENTENCE_FEATURES, np.round(m.sent_w, 3))), flush=True)
+    # 2. sentences: a listwise (conditional logit) scorer over each question's answerable sentences,
+    # its page's log probability always a column, further features added while they pay on tune
+    groups = sentence_groups(sets, answerers, m, wset)
+    cols, beta, tried_cols = select_sentence_model(groups)
+    m.sent_kind, m.sent_b = "listwise", 0.0
+    m.sent_w = np.zeros(len(S.SENTENCE_FEATURES))
+    m.sent_w[cols] = beta[:-1]
+    m.page_weight = float(beta[-1])
+    print("sentence model:", {S.SENTENCE_FEATURES[c]: round(float(w), 3) for c, w in zip(cols, beta)},
+          "page_weight", round(m.page_weight, 3), flush=True)
 
     # 3. compose + confidence: answer every tune question (threshold off), normal and gold hidden;
     # the candidates are scored once, each composition only re-composes
@@ -266,7 +263,7 @@ def main(argv=None) -> None:
     fit_rules_confidence(sets, answerers, m, wset)
     for name in sets:
         answerers[name].p.threshold = m.threshold
-    report = {"model": to_dict(m), "compositions_on_tune": tried, "thresholds_on_tune": table,
+    report = {"model": to_dict(m), "sentence_features_on_tune": tried_cols, "compositions_on_tune": tried, "thresholds_on_tune": table,
               "rules_eval": rules_summary(sets, answerers), "tune": summarize(answer_rows("tune", m, compose), m),
               "eval": summarize(answer_rows("eval", m, compose), m)}
     for split in ("tune", "eval"):
@@ -277,6 +274,103 @@ def main(argv=None) -> None:
     if args.write:
         Path(S.MODEL_FILE).write_text(json.dumps(to_dict(m), indent=1) + "\n")
         print("wrote", S.MODEL_FILE)
+
+
+LISTWISE_L2 = 0.1  # on features scaled to unit spread: keeps weights of rare features from running off
+MIN_GAIN = 0.003  # a feature joins the sentence model when it raises lead_right on tune by this much
+MAX_SENTENCE_FEATURES = 8
+
+
+def sentence_groups(sets: dict, answerers: dict, m, wset: dict) -> list[dict]:
+    """Per tune question with gold phrases: its answerable sentences' features, log page
+    probabilities and labels (on a gold page and holding a gold phrase)."""
+    groups = []
+    for name, qs in sets.items():
+        for q, sc in zip(qs["tune"], score_all(answerers[name], m, qs["tune"])):
+            if not q["answers"] or not len(sc.flat):
+                continue
+            ok = sc.can_answer & (sc.page_p[sc.page_of] > 0)
+            if not ok.any():
+                continue
+            ys = np.array([sc.docs[sc.page_of[i]] in q["rel"] and M.contains_span(s, q["answers"])
+                           for i, (_, s) in enumerate(sc.flat)])[ok]
+            groups.append({"set": name, "x": sc.sent_x[ok], "y": ys, "w": wset[name],
+                           "lp": np.log(np.maximum(sc.page_p[sc.page_of[ok]], 1e-9))})
+    return groups
+
+
+def _design(groups: list[dict], cols: list[int]):
+    """Stacked rows (chosen columns + log page prob), group offsets, labels, group weights."""
+    x = np.concatenate([np.column_stack([g["x"][:, cols], g["lp"]]) for g in groups])
+    y = np.concatenate([g["y"] for g in groups]).astype(bool)
+    sizes = np.array([len(g["y"]) for g in groups])
+    return x, y, np.r_[0, np.cumsum(sizes)[:-1]], sizes, np.array([g["w"] for g in groups])
+
+
+def fit_listwise(groups: list[dict], cols: list[int]) -> np.ndarray:
+    """Conditional logit: maximize, per question, log(sum over right sentences of exp(z) / sum over
+    all of exp(z)), z = x . beta; L2 on scale-standardized columns. Returns beta (last: the page weight)."""
+    from scipy.optimize import minimize
+    fit = [g for g in groups if g["y"].any() and not g["y"].all()]
+    x, y, starts, sizes, gw = _design(fit, cols)
+    scale = x.std(axis=0) + 1e-9
+    xs = x / scale
+    gid = np.repeat(np.arange(len(fit)), sizes)
+    rw = gw[gid]
+
+    def loss(b):
+        z = xs @ b
+        zmax = np.maximum.reduceat(z, starts)[gid]
+        e = np.exp(z - zmax)
+        all_sum = np.add.reduceat(e, starts)
+        pos_sum = np.add.reduceat(np.where(y, e, 0.0), starts)
+        f = float(gw @ (np.log(all_sum) - np.log(pos_sum))) + 0.5 * LISTWISE_L2 * float(b @ b)
+        grad_row = rw * (e / all_sum[gid] - np.where(y, e, 0.0) / pos_sum[gid])
+        return f, xs.T @ grad_row + LISTWISE_L2 * b
+
+    b0 = np.zeros(xs.shape[1])
+    b0[-1] = 1.0
+    res = minimize(loss, b0, jac=True, method="L-BFGS-B")
+    return res.x / scale
+
+
+def lead_right(groups: list[dict], cols: list[int], beta: np.ndarray) -> float:
+    """Share of tune questions whose top sentence is right: SQuAD and the documentation sets
+    (pooled) averaged, so neither dominates the choice of features."""
+    hit = {"squad": [], "docs": []}
+    for g in groups:
+        z = g["x"][:, cols] @ beta[:-1] + beta[-1] * g["lp"]
+        hit["squad" if g["set"] == "squad" else "docs"].append(bool(g["y"][int(np.argmax(z))]))
+    return float(np.mean([np.mean(v) for v in hit.values() if v]))
+
+
+def cv_lead_right(groups: list[dict], cols: list[int], folds: int = 2) -> float:
+    """lead_right of held-out questions (questions dealt to folds in turn): a feature must help
+    questions it was not fitted on."""
+    out = []
+    for k in range(folds):
+        fit = [g for i, g in enumerate(groups) if i % folds != k]
+        held = [g for i, g in enumerate(groups) if i % folds == k]
+        out.append(lead_right(held, cols, fit_listwise(fit, cols)))
+    return float(np.mean(out))
+
+
+def select_sentence_model(groups: list[dict]):
+    """Forward selection over SENTENCE_FEATURES by held-out lead_right on tune: (columns, beta, steps)."""
+    cols: list[int] = []
+    score = cv_lead_right(groups, cols)
+    steps = [{"features": [], "lead_right_cv": round(score, 4)}]
+    while len(cols) < MAX_SENTENCE_FEATURES:
+        tried = [(cv_lead_right(groups, cols + [c]), c) for c in range(len(S.SENTENCE_FEATURES)) if c not in cols]
+        if not tried:
+            break
+        r, c = max(tried)
+        if r < score + MIN_GAIN:
+            break
+        score, cols = r, cols + [c]
+        steps.append({"features": [S.SENTENCE_FEATURES[c] for c in cols], "lead_right_cv": round(score, 4)})
+        print("sentence features:", steps[-1], flush=True)
+    return cols, fit_listwise(groups, cols), steps
 
 
 def summarize(rows: list[dict], m) -> dict:
@@ -455,7 +549,8 @@ def to_dict(m: S.AnswerModel) -> dict:
             "fit_command": "python -m bench.fit_answer_model --write",
             "fitted_on": m.fitted_on,
             "page": {"features": list(S.PAGE_FEATURES), "weights": r(m.page_w), "bias": round(m.page_b, 6)},
-            "sentence": {"features": list(S.SENTENCE_FEATURES), "weights": r(m.sent_w), "bias": round(m.sent_b, 6)},
+            "sentence": {"features": list(S.SENTENCE_FEATURES), "weights": r(m.sent_w), "bias": round(m.sent_b, 6),
+                         "kind": m.sent_kind, "page_weight": round(m.page_weight, 6)},
             "confidence": {"features": list(S.CONFIDENCE_FEATURES), "weights": r(m.conf_w),
                            "bias": round(m.conf_b, 6)},
             "calibration": {"x": r(m.calib_x), "y": r(m.calib_y)},

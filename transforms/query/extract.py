@@ -733,7 +733,7 @@ class SentenceAnswerer:
             pairs = [(ci, head)] + pairs[:p.max_sentences - 1]
         # the evidence is split: a second page's best sentence joins when that page is nearly as likely
         if len(sc.docs) > 1:
-            second = int(np.argsort(-sc.page_p)[1])
+            second = max((i for i in range(len(sc.docs)) if i != sc.best_page), key=lambda i: sc.page_p[i])
             on = np.flatnonzero(sc.page_of == second)
             if len(on) and sc.page_p[second] >= compose["split_ratio"] * sc.page_p[sc.best_page]:
                 j = int(on[np.argmax(sp[on])])

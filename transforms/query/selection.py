@@ -92,6 +92,11 @@ class AnswerModel:
     rules_calib_x: Optional[np.ndarray] = None
     rules_calib_y: Optional[np.ndarray] = None
     digest: str = ""  # sha256 of the model file: a resumed answer job reuses shards only under the same fit
+    # "listwise": the lead is the argmax over all answerable sentences of sentence logit + page_weight *
+    # log P(page) (a softmax within the question); "pointwise": the best page first, then its best
+    # sentence by a sigmoid (the first fit's form, still readable)
+    sent_kind: str = "pointwise"
+    page_weight: float = 0.0
 
     @classmethod
     def load(cls, path: str = MODEL_FILE) -> "AnswerModel":
@@ -117,7 +122,8 @@ class AnswerModel:
                    calib_x=np.asarray(m["calibration"]["x"], np.float64),
                    calib_y=np.asarray(m["calibration"]["y"], np.float64),
                    threshold=float(m["threshold"]), compose=dict(m["compose"]), fitted_on=m.get("fitted_on", {}),
-                   **_rules_part(m, path))
+                   sent_kind=m["sentence"].get("kind", "pointwise"),
+                   page_weight=float(m["sentence"].get("page_weight", 0.0)), **_rules_part(m, path))
 
     def rules_confidence(self, x: np.ndarray) -> Optional[float]:
         """Calibrated P(right) of a rules answer; None when no such calibration was fitted."""
@@ -131,6 +137,10 @@ class AnswerModel:
 
     def sentence_prob(self, x: np.ndarray) -> np.ndarray:
         return _sigmoid(x @ self.sent_w + self.sent_b)
+
+    def sentence_logit(self, x: np.ndarray, page_p: np.ndarray) -> np.ndarray:
+        """Listwise: a sentence's score within its question (sentence and page evidence joined)."""
+        return x @ self.sent_w + self.page_weight * np.log(np.maximum(page_p, 1e-9))
 
     def raw_confidence(self, x: np.ndarray) -> np.ndarray:
         return _sigmoid(x @ self.conf_w + self.conf_b)
@@ -208,6 +218,7 @@ class Scored:
     conf_x: Optional[np.ndarray] = None  # of the best page's lead sentence
     lead: Optional[int] = None  # index into flat
     best_page: Optional[int] = None
+    can_answer: Optional[np.ndarray] = None  # per sentence: not navigation nor a cross-reference
 
 
 def score_candidates(model: AnswerModel, form: str, qwords: set[str], cands: list, flat: list,
@@ -273,8 +284,13 @@ def score_candidates(model: AnswerModel, form: str, qwords: set[str], cands: lis
         row += [float(kind == k) * f for k in KINDS for f in fo]
         row += [float(ident) * f for f in fo] + [description * f for f in fo] + [float(term) * f for f in fo]
         sx[i] = row
-    sent_p = np.where(can_answer, model.sentence_prob(sx), 0.0) if n else np.zeros(0)
-    out = Scored(flat, mat, docs, page_of, px, page_p, sx, sent_p, best_page=best_page)
+    if model.sent_kind == "listwise":
+        sent_p = listwise_probs(model, sx, page_p[page_of] if n else np.zeros(0), can_answer)
+        if n and sent_p.max() > 0:
+            best_page = int(page_of[int(np.argmax(sent_p))])  # the page of the best sentence-and-page score
+    else:
+        sent_p = np.where(can_answer, model.sentence_prob(sx), 0.0) if n else np.zeros(0)
+    out = Scored(flat, mat, docs, page_of, px, page_p, sx, sent_p, best_page=best_page, can_answer=can_answer)
     if n and best_page is not None:
         on = np.flatnonzero(page_of == best_page)
         if len(on):
@@ -286,4 +302,16 @@ def score_candidates(model: AnswerModel, form: str, qwords: set[str], cands: lis
                                    float((cos + 0.5 * lex).max()), float(cos[lead]), float(lex[lead]),
                                    px[best_page, 0], px[best_page, PAGE_FEATURES.index("title_share")]] + fo,
                                   np.float64)
+    return out
+
+
+def listwise_probs(model: AnswerModel, sx: np.ndarray, page_p: np.ndarray, can_answer: np.ndarray) -> np.ndarray:
+    """Softmax of the joint logit over the sentences that may answer (0 for the others)."""
+    ok = can_answer & (page_p > 0)
+    out = np.zeros(len(sx))
+    if not ok.any():
+        return out
+    z = model.sentence_logit(sx[ok], page_p[ok])
+    e = np.exp(z - z.max())
+    out[ok] = e / e.sum()
     return out
