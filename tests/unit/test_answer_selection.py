@@ -117,3 +117,20 @@ def test_a_definitions_term_leads_its_description(embedder):
     a = answerer(embedder)
     r = a.answer(["How do I make a deep copy of an object?"], [COPY[2:]])[0]
     assert r.answer.startswith("copy.deepcopy(x[, memo])") or r.answer.startswith("copy.copy(x)")
+
+
+def test_a_listwise_model_leads_with_the_best_sentence_and_page_score_among_those_that_may_answer(embedder):
+    m = replace(default_model(), sent_kind="listwise", page_weight=1.0)
+    a = answerer(embedder, model=m)
+    q = "How do I copy an object?"
+    sc = a.fitted_scores(q, a.embedder.encode_queries([q])[0], COPY, None)
+    ok = sc.can_answer & (sc.page_p[sc.page_of] > 0)
+    z = sc.sent_x @ m.sent_w + np.log(np.maximum(sc.page_p[sc.page_of], 1e-9))
+    assert sc.lead == int(np.flatnonzero(ok)[np.argmax(z[ok])])
+    assert sc.best_page == sc.page_of[sc.lead]
+    assert sc.sent_p[~ok].sum() == 0.0 and sc.sent_p.sum() == pytest.approx(1.0)
+    # no page evidence: the sentence scores alone choose
+    flat = replace(m, page_weight=0.0)
+    sc0 = answerer(embedder, model=flat).fitted_scores(q, a.embedder.encode_queries([q])[0], COPY, None)
+    z0 = sc0.sent_x @ m.sent_w
+    assert sc0.lead == int(np.flatnonzero(ok)[np.argmax(z0[ok])])
