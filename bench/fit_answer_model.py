@@ -27,6 +27,7 @@ import itertools
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -163,6 +164,7 @@ def main(argv=None) -> None:
             rows = model_rows(sets, answerers, m, split)
             report[split] = summarize(rows, m)
             report[f"reliability_{split}"] = reliability(rows, m)
+        report["eval_threshold_off"] = summarize(model_rows(sets, answerers, m, "eval"), replace(m, threshold=-1.0))
         report["rules_eval"] = rules_summary(sets, answerers)
         print(json.dumps({k: report[k] for k in ("eval", "reliability_eval")}, indent=1), flush=True)
         write_json(args.results, report)
@@ -268,6 +270,8 @@ def main(argv=None) -> None:
               "eval": summarize(answer_rows("eval", m, compose), m)}
     for split in ("tune", "eval"):
         report[f"reliability_{split}"] = reliability(answer_rows(split, m, compose), m)
+    # every question answered: what the selection itself picks, whatever the threshold
+    report["eval_threshold_off"] = summarize(answer_rows("eval", m, compose), replace(m, threshold=-1.0))
     report["rules_confidence_eval"] = rules_calibration_report(sets, answerers, m)
     print(json.dumps({k: report[k] for k in ("tune", "eval")}, indent=1), flush=True)
     write_json(args.results, report)
