@@ -343,6 +343,7 @@ def _manifest(source_vdir: Optional[str], src: Optional[_Source], name: str, cou
         row = src.table.slice(0, 1).to_pylist()[0]
         m["model"] = {"id": row["model_id"], "sha256": row["model_sha256"]}
     m.update(version=name, counts=counts, artifact={}, synthetic=info)  # no segments yet
+    m.pop("tables", None)  # its rows are in its own folder, not the source index's shared shards
     return m
 
 

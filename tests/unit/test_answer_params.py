@@ -27,7 +27,8 @@ PINNED = {}
 for _name in (None, "minilm", "fast", "minilm-q8"):
     PINNED[(_name, "-")] = (MINILM, 0.34, True, None, SHIPPED)
     PINNED[(_name, "evidence=sentence")] = (MINILM, 0.58, False, None, SHIPPED)
-    PINNED[(_name, "selection=model")] = (MINILM, 0.1, True, SHIPPED, None)
+    # the fitted selection's threshold is the shipped model's own (refitted with it: make answer-model)
+    PINNED[(_name, "selection=model")] = (MINILM, load_model(SHIPPED).threshold, True, SHIPPED, None)
 for _name, _fit, _threshold in (("bge-small", BGE, 0.28), ("e5-small", E5, 0.25)):
     PINNED[(_name, "-")] = (_fit, _threshold, True, None, None)
     PINNED[(_name, "evidence=sentence")] = (_fit, 0.58, False, None, None)
