@@ -20,11 +20,12 @@ from typing import Optional
 import numpy as np
 
 from transforms.index.segments import Segment
-from transforms.query.retrieve import _topk_dense, build_filter_mask
+from transforms.query.retrieve import build_filter_mask
 
 MARGIN = 8  # extra dense rows re-scored in float64: float32 near-ties at the cut cannot drop one
 _SCORE_BLOCK = 1 << 25  # floats per (questions x rows) score block
 _POST_BLOCK = 1 << 22  # postings weighed at a time (bounds the float64 temporaries)
+SPARSE_FRACTION = 16  # a question with fewer postings than n / this sums them sorted, else densely
 
 
 @dataclass
@@ -48,44 +49,90 @@ def bm25_idf(num_docs: int, df: np.ndarray) -> np.ndarray:
 
 class SegmentSearcher:
     """One segment of one version: vectors memory-mapped, BM25 weights under the version's
-    statistics, masks for access rules with tombstones folded in."""
+    statistics (weighed per term on first use: a batch costs the postings of its own terms),
+    masks for access rules with tombstones folded in."""
 
     def __init__(self, seg: Segment, offset: int, df: np.ndarray, dead: np.ndarray, num_docs: int,
                  avgdl: float, k1: float = 1.2, b: float = 0.75):
         self.seg, self.offset, self.n = seg, int(offset), seg.n
         self.live = np.ones(seg.n, bool)
         self.live[np.asarray(dead, np.int64)] = False
+        self._dead = np.asarray(dead, np.int64)
         self.vectors = seg.vectors  # unit rows, memory-mapped
-        terms = seg.terms().column("term").to_pylist()
-        self.vocab = {t: i for i, t in enumerate(terms)}
         self.post_ptr = np.asarray(seg.post_ptr)
         self.post_doc = seg.post_doc
-        idf = bm25_idf(num_docs, df)
-        tf_all, doc_len = seg.post_tf, np.asarray(seg.doc_len, np.float64)
-        w = np.empty(len(self.post_doc), np.float32)
-        for lo in range(0, len(w), _POST_BLOCK):  # block by block: no corpus-sized float64 temporary
-            hi = min(lo + _POST_BLOCK, len(w))
-            term = np.searchsorted(self.post_ptr, np.arange(lo, hi), side="right") - 1
-            tf = np.asarray(tf_all[lo:hi], np.float64)
-            docs = np.asarray(self.post_doc[lo:hi])
-            norm = k1 * (1 - b + b * doc_len[docs] / avgdl) if avgdl else k1
-            blk = idf[term] * tf * (k1 + 1) / (tf + norm)
-            blk[~self.live[docs]] = 0.0  # a tombstoned row weighs nothing (and is masked out)
-            w[lo:hi] = blk
-        self.post_w = w
-        counts = np.diff(self.post_ptr)
-        self.term_max = np.zeros(len(counts), np.float64)
-        has = counts > 0
-        if has.any():
-            self.term_max[has] = np.maximum.reduceat(w, self.post_ptr[:-1][has])  # float32: no copy of w
-        words = seg.words()
-        self.word_df = dict(zip(words.column("word").to_pylist(), words.column("df").to_pylist()))
-        if len(dead):  # the answerer's word df counts live chunks only
-            from transforms.common.words import content_words
-            for text in seg.rows.column("text").take(np.asarray(dead, np.int64)).to_pylist():
-                for wd in content_words(text or ""):
-                    self.word_df[wd] -= 1
+        self._idf = bm25_idf(num_docs, df)
+        self._k1 = k1
+        doc_len = np.asarray(seg.doc_len, np.float64)
+        self._norm = k1 * (1 - b + b * doc_len / avgdl) if avgdl else np.full(seg.n, k1, np.float64)
+        n_terms = len(self.post_ptr) - 1
+        self.post_w = np.zeros(len(self.post_doc), np.float32)  # zero pages: committed as terms are weighed
+        self._weighed = np.zeros(n_terms, bool)
+        self._term_max = np.zeros(n_terms, np.float64)
+        self._vocab: Optional[dict] = None
+        self._word_df: Optional[dict] = None
         self._masks: dict[tuple, np.ndarray] = {}
+
+    # --- lazily read: a batch pays for what it touches -------------------------------------
+
+    @property
+    def vocab(self) -> dict:
+        """term -> term id (row of the sorted vocabulary)."""
+        if self._vocab is None:
+            terms = self.seg.terms().column("term").to_pylist()
+            self._vocab = {t: i for i, t in enumerate(terms)}
+        return self._vocab
+
+    @property
+    def word_df(self) -> dict:
+        """content word -> live chunks holding it (the answerer's lexical idf)."""
+        if self._word_df is None:
+            words = self.seg.words()
+            wdf = dict(zip(words.column("word").to_pylist(), words.column("df").to_pylist()))
+            if len(self._dead):  # the answerer's word df counts live chunks only
+                from transforms.common.words import content_words
+                for text in self.seg.rows.column("text").take(self._dead).to_pylist():
+                    for wd in content_words(text or ""):
+                        wdf[wd] -= 1
+            self._word_df = wdf
+        return self._word_df
+
+    @property
+    def term_max(self) -> np.ndarray:
+        """Every term's best weight in the live rows (weighs the whole segment: tests, studies)."""
+        self.weigh(np.arange(len(self._weighed)))
+        return self._term_max
+
+    def weigh(self, term_ids) -> None:
+        """BM25 weights of these terms' postings (once per term), float32, tombstoned rows 0, and
+        each term's best weight. The same values whichever terms are weighed together."""
+        t = np.unique(np.asarray(term_ids, np.int64))
+        t = t[~self._weighed[t]]
+        if not len(t):
+            return
+        lens = self.post_ptr[t + 1] - self.post_ptr[t]
+        cum, lo = np.cumsum(lens), 0
+        while lo < len(t):  # groups of at most _POST_BLOCK postings (a longer term alone)
+            done = int(cum[lo - 1]) if lo else 0
+            hi = max(lo + 1, int(np.searchsorted(cum, done + _POST_BLOCK, side="right")))
+            self._weigh_group(t[lo:hi], lens[lo:hi])
+            lo = hi
+        self._weighed[t] = True
+
+    def _weigh_group(self, t: np.ndarray, lens: np.ndarray) -> None:
+        k1 = self._k1
+        offs = _ranges(self.post_ptr[t], lens)
+        term = np.repeat(t, lens)
+        tf = np.asarray(self.seg.post_tf[offs], np.float64)
+        docs = np.asarray(self.post_doc[offs])
+        blk = self._idf[term] * tf * (k1 + 1) / (tf + self._norm[docs])
+        blk[~self.live[docs]] = 0.0  # a tombstoned row weighs nothing (and is masked out)
+        w = blk.astype(np.float32)
+        self.post_w[offs] = w
+        has = lens > 0
+        if has.any():
+            starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+            self._term_max[t[has]] = np.maximum.reduceat(w, starts[has])
 
     def mask(self, acl_groups=None, filters=None) -> np.ndarray:
         """bool[n]: rows these access groups and metadata filters may see, tombstones excluded."""
@@ -114,7 +161,10 @@ class SegmentSearcher:
     def bm25_of(self, term_ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Exact BM25 of local `rows` for one question's sorted distinct term ids."""
         from transforms.query.fuse import postings_sum
+        self.weigh(term_ids)
         return postings_sum(self.post_ptr, self.post_doc, self.post_w, term_ids, rows)
+
+    # --- search ---------------------------------------------------------------------------
 
     def search(self, terms: list[list[str]], words: list[set], qvecs: np.ndarray, dense_n: int, bm25_n: int,
                access: Optional[list] = None, allowed: Optional[np.ndarray] = None) -> list[SegmentHits]:
@@ -123,67 +173,121 @@ class SegmentSearcher:
         q = np.asarray(qvecs, np.float32)
         b = len(q)
         mask = self._allowed(access or [(None, None)] * b, allowed)
-        k = dense_n + MARGIN
-        d_i = np.empty((b, k), np.int64)
+        d_rows = self.dense_top(q, dense_n + MARGIN, mask)
+        vocab = self.vocab
+        tids = [np.array(sorted(vocab[t] for t in ts if t in vocab), np.int64) for ts in terms]
+        bm = self.bm25_top(tids, bm25_n, mask)
+        return self.hits(q, d_rows, bm, tids, terms, words, dense_n, mask)
+
+    def dense_top(self, q: np.ndarray, k: int, mask: np.ndarray) -> np.ndarray:
+        """(b, k) local rows: each question's k best float32 cosines among its allowed rows
+        (any order; -1 past the allowed rows). One matrix product per block of questions,
+        straight off the memory-mapped float32 vectors."""
+        from transforms.query.retrieve import top_rows
+        b = len(q)
+        out = np.empty((b, k), np.int64)
+        vt = np.asarray(self.vectors).T
+        every = mask.ndim == 1 and bool(mask.all())  # nothing to mask: skip the pass over the scores
         step = max(1, _SCORE_BLOCK // max(self.n, 1))
         for lo in range(0, b, step):
             rows = slice(lo, lo + step)
-            scores = q[rows] @ np.asarray(self.vectors).T
-            m = mask if mask.ndim == 1 else mask[rows]
-            np.copyto(scores, -np.inf, where=~m)
-            _, d_i[rows] = _topk_dense(scores, k)
-        tids = [np.array(sorted(self.vocab[t] for t in ts if t in self.vocab), np.int64) for ts in terms]
-        b_rows = self._bm25_top(tids, bm25_n, mask)
+            scores = q[rows] @ vt
+            if not every:
+                m = mask if mask.ndim == 1 else mask[rows]
+                np.copyto(scores, -np.inf, where=~m)
+            out[rows] = top_rows(scores, k)
+        return out
+
+    def bm25_top(self, tids: list[np.ndarray], top_n: int, mask: np.ndarray) -> list["_BM25Sums"]:
+        """Per question: its BM25 sums over the rows its terms reach (float64, terms added in
+        id order) and its top_n allowed rows by (-score, row), sorted by row."""
+        if tids:
+            self.weigh(np.concatenate(tids))
         out = []
-        for j in range(b):
+        for j, t in enumerate(tids):
+            m = mask if mask.ndim == 1 else mask[j]
+            out.append(_BM25Sums(self, t, m, top_n))
+        return out
+
+    def hits(self, q: np.ndarray, d_rows: np.ndarray, bm: list["_BM25Sums"], tids, terms, words,
+             dense_n: int, mask: np.ndarray) -> list[SegmentHits]:
+        """Each question's SegmentHits: its dense candidates re-scored in float64 and cut to
+        dense_n by (-cosine, row), its BM25 top, both scores of every chunk in either."""
+        out = []
+        off = self.offset
+        vocab, tmax = self.vocab, self._term_max
+        wdf_all = self.word_df
+        for j in range(len(q)):
             q64 = q[j].astype(np.float64)
             m = mask if mask.ndim == 1 else mask[j]
-            d = d_i[j][d_i[j] >= 0]
+            d = d_rows[j][d_rows[j] >= 0]
             d = d[m[d]]
-            dcos = self.cosines(d, q64)
+            br = bm[j].top
+            both = np.union1d(d, br)
+            bcos = self.cosines(both, q64)
+            dcos = bcos[np.searchsorted(both, d)]
             order = np.lexsort((d, -dcos))[:dense_n]
             d, dcos = d[order], dcos[order]
-            br = b_rows[j]
             cand = np.union1d(d, br)
-            ccos = self.cosines(cand, q64)
-            cbm = self.bm25_of(tids[j], cand)
+            ccos = bcos[np.searchsorted(both, cand)]
+            cbm = bm[j].at(cand)
             bscore = cbm[np.searchsorted(cand, br)]
             order = np.lexsort((br, -bscore))
             br, bscore = br[order], bscore[order]
-            tm = {t: float(self.term_max[self.vocab[t]]) for t in terms[j]
-                  if t in self.vocab and self.term_max[self.vocab[t]] > 0}
-            wdf = {w: self.word_df[w] for w in words[j] if self.word_df.get(w, 0) > 0}
-            off = self.offset
+            tm = {t: float(tmax[vocab[t]]) for t in terms[j] if t in vocab and tmax[vocab[t]] > 0}
+            wdf = {w: wdf_all[w] for w in words[j] if wdf_all.get(w, 0) > 0}
             out.append(SegmentHits(d + off, dcos, br + off, bscore, cand + off, ccos, cbm, tm, wdf))
         return out
 
-    def _bm25_top(self, tids: list[np.ndarray], top_n: int, mask: np.ndarray) -> list[np.ndarray]:
-        """Per question the local rows of its BM25 top_n (ties by row), masked rows excluded."""
-        lens_q = [len(t) for t in tids]
-        qid = np.repeat(np.arange(len(tids)), lens_q)
-        terms = np.concatenate(tids) if tids else np.zeros(0, np.int64)
-        starts, lens = self.post_ptr[terms], self.post_ptr[terms + 1] - self.post_ptr[terms]
-        offs = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())
-        docs = np.asarray(self.post_doc[offs], np.int64)
-        keys = np.repeat(qid, lens) * self.n + docs
-        uniq, inv = np.unique(keys, return_inverse=True)
-        sums = np.bincount(inv, weights=self.post_w[offs].astype(np.float64), minlength=len(uniq))
-        q_of, doc_of = uniq // self.n, uniq % self.n
-        bounds = np.searchsorted(q_of, np.arange(len(tids) + 1))
-        out = []
-        for j in range(len(tids)):
-            dj, sj = doc_of[bounds[j]:bounds[j + 1]], sums[bounds[j]:bounds[j + 1]]
-            m = mask if mask.ndim == 1 else mask[j]
+
+def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The concatenation of arange(s, s + l) for each (s, l)."""
+    lens = np.asarray(lens, np.int64)
+    total = int(lens.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    return np.repeat(np.asarray(starts, np.int64) - np.cumsum(lens) + lens, lens) + np.arange(total)
+
+
+class _BM25Sums:
+    """One question's BM25 over one segment: the float64 sum of its terms' weights at every row
+    they reach, the terms added in id order (bincount adds in the order given), held densely
+    (n floats) or, for a question reaching few rows, as sorted (row, sum) pairs."""
+
+    def __init__(self, s: SegmentSearcher, tids: np.ndarray, m: np.ndarray, top_n: int):
+        offs = _ranges(s.post_ptr[tids], s.post_ptr[tids + 1] - s.post_ptr[tids])
+        docs = np.asarray(s.post_doc[offs], np.int64)
+        w = s.post_w[offs].astype(np.float64)
+        if len(docs) * SPARSE_FRACTION < s.n:
+            self.rows, inv = np.unique(docs, return_inverse=True)
+            self.sums = np.bincount(inv, weights=w, minlength=len(self.rows))
+            self.dense = None
+            dj, sj = self.rows, self.sums
             keep = m[dj]
-            dj, sj = dj[keep], sj[keep]
-            if len(dj) > top_n:
-                top = np.argpartition(-sj, top_n - 1)[:top_n]
-                # the cut may split a tie: take every row scoring as the last kept one
-                cut = sj[top].min()
-                top = np.flatnonzero(sj >= cut)
-                top = top[np.lexsort((dj[top], -sj[top]))][:top_n]
-                dj = dj[top]
-            out.append(np.sort(dj))
+        else:
+            self.dense = np.bincount(docs, weights=w, minlength=s.n)
+            dj = np.flatnonzero(self.dense)
+            sj = self.dense[dj]
+            keep = m[dj]
+        dj, sj = dj[keep], sj[keep]
+        if len(dj) > top_n:
+            top = np.argpartition(-sj, top_n - 1)[:top_n]
+            # the cut may split a tie: take every row scoring as the last kept one
+            cut = sj[top].min()
+            top = np.flatnonzero(sj >= cut)
+            top = top[np.lexsort((dj[top], -sj[top]))][:top_n]
+            dj = dj[top]
+        self.top = np.sort(dj)
+
+    def at(self, rows: np.ndarray) -> np.ndarray:
+        """The sums at local `rows` (0.0 where no term reaches)."""
+        if self.dense is not None:
+            return self.dense[rows]
+        pos = np.clip(np.searchsorted(self.rows, rows), 0, max(len(self.rows) - 1, 0))
+        out = np.zeros(len(rows), np.float64)
+        if len(self.rows):
+            hit = self.rows[pos] == rows
+            out[hit] = self.sums[pos[hit]]
         return out
 
 
