@@ -133,14 +133,14 @@ ACCESS = [(None, None), (["eng"], None), (None, {"format": "text"}), (["ops", "e
 
 @pytest.mark.parametrize("k", [1, 3, 7])
 @pytest.mark.parametrize("filtered", [False, True])
-@pytest.mark.parametrize("path", ["default", "buckets+sparse", "dense_sums"])
+@pytest.mark.parametrize("path", ["default", "buckets+dense_sums", "sparse_sums"])
 def test_batched_search_equals_brute_force_one_question_at_a_time(built, monkeypatch, k, filtered, path):
     from transforms.query import retrieve, segment_search
     from transforms.query.segment_search import gather
-    if path == "buckets+sparse":  # the bucketed top-k even on small segments; every BM25 sum sparse
+    if path == "buckets+dense_sums":  # the bucketed top-k even on small segments; every BM25 sum dense
         monkeypatch.setattr(retrieve, "STRIPES", 2)
         monkeypatch.setattr(segment_search, "SPARSE_FRACTION", 10 ** 9)
-    elif path == "dense_sums":
+    elif path == "sparse_sums":
         monkeypatch.setattr(segment_search, "SPARSE_FRACTION", 0)
     segs, (rows, _, questions, qv) = built
     searchers, live = _searchers(segs[k])

@@ -14,6 +14,7 @@ the smaller global number, which is chunk_id order in a version built whole.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -72,6 +73,7 @@ class SegmentSearcher:
         self._vocab: Optional[dict] = None
         self._word_df: Optional[dict] = None
         self._masks: dict[tuple, np.ndarray] = {}
+        self._local = threading.local()  # a BM25 sum buffer per searching thread
 
     # --- lazily read: a batch pays for what it touches -------------------------------------
 
@@ -176,7 +178,7 @@ class SegmentSearcher:
         d_rows = self.dense_top(q, dense_n + MARGIN, mask)
         vocab = self.vocab
         tids = [np.array(sorted(vocab[t] for t in ts if t in vocab), np.int64) for ts in terms]
-        bm = self.bm25_top(tids, bm25_n, mask)
+        bm = self.bm25_top(tids, bm25_n, mask, d_rows)
         return self.hits(q, d_rows, bm, tids, terms, words, dense_n, mask)
 
     def dense_top(self, q: np.ndarray, k: int, mask: np.ndarray) -> np.ndarray:
@@ -198,16 +200,24 @@ class SegmentSearcher:
             out[rows] = top_rows(scores, k)
         return out
 
-    def bm25_top(self, tids: list[np.ndarray], top_n: int, mask: np.ndarray) -> list["_BM25Sums"]:
-        """Per question: its BM25 sums over the rows its terms reach (float64, terms added in
-        id order) and its top_n allowed rows by (-score, row), sorted by row."""
+    def bm25_top(self, tids: list[np.ndarray], top_n: int, mask: np.ndarray, d_rows: np.ndarray) -> list["_BM25Sums"]:
+        """Per question: its top_n allowed rows by (-BM25, row), sorted by row, and the BM25 of
+        those and of its dense candidates (d_rows[j]) for the hits."""
         if tids:
             self.weigh(np.concatenate(tids))
+        every = mask.ndim == 1 and bool(mask.all())
         out = []
         for j, t in enumerate(tids):
             m = mask if mask.ndim == 1 else mask[j]
-            out.append(_BM25Sums(self, t, m, top_n))
+            out.append(_BM25Sums(self, t, m, every, top_n, d_rows[j]))
         return out
+
+    def _sum_buffer(self) -> np.ndarray:
+        """n float64 zeros, reused (each question leaves it zeroed)."""
+        buf = getattr(self._local, "buf", None)
+        if buf is None:
+            buf = self._local.buf = np.zeros(self.n, np.float64)
+        return buf
 
     def hits(self, q: np.ndarray, d_rows: np.ndarray, bm: list["_BM25Sums"], tids, terms, words,
              dense_n: int, mask: np.ndarray) -> list[SegmentHits]:
@@ -250,45 +260,66 @@ def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
 
 
 class _BM25Sums:
-    """One question's BM25 over one segment: the float64 sum of its terms' weights at every row
-    they reach, the terms added in id order (bincount adds in the order given), held densely
-    (n floats) or, for a question reaching few rows, as sorted (row, sum) pairs."""
+    """One question's BM25 over one segment: the float64 sum of its terms' weights at each row
+    they reach, the terms added in id order (the order postings_sum and bincount add in). A
+    question reaching many rows sums term by term into a dense buffer (the postings are read
+    as contiguous slices); one reaching few sums its postings sorted by row. Kept afterwards:
+    its top rows and the sums of the rows a caller may ask (`wanted`: its dense candidates)."""
 
-    def __init__(self, s: SegmentSearcher, tids: np.ndarray, m: np.ndarray, top_n: int):
-        offs = _ranges(s.post_ptr[tids], s.post_ptr[tids + 1] - s.post_ptr[tids])
-        docs = np.asarray(s.post_doc[offs], np.int64)
-        w = s.post_w[offs].astype(np.float64)
-        if len(docs) * SPARSE_FRACTION < s.n:
-            self.rows, inv = np.unique(docs, return_inverse=True)
-            self.sums = np.bincount(inv, weights=w, minlength=len(self.rows))
-            self.dense = None
-            dj, sj = self.rows, self.sums
-            keep = m[dj]
-        else:
-            self.dense = np.bincount(docs, weights=w, minlength=s.n)
-            dj = np.flatnonzero(self.dense)
-            sj = self.dense[dj]
-            keep = m[dj]
-        dj, sj = dj[keep], sj[keep]
-        if len(dj) > top_n:
-            top = np.argpartition(-sj, top_n - 1)[:top_n]
-            # the cut may split a tie: take every row scoring as the last kept one
-            cut = sj[top].min()
-            top = np.flatnonzero(sj >= cut)
-            top = top[np.lexsort((dj[top], -sj[top]))][:top_n]
-            dj = dj[top]
-        self.top = np.sort(dj)
+    def __init__(self, s: SegmentSearcher, tids: np.ndarray, m: np.ndarray, every: bool, top_n: int,
+                 wanted: np.ndarray):
+        lo, hi = s.post_ptr[tids], s.post_ptr[tids + 1]
+        if int((hi - lo).sum()) * SPARSE_FRACTION < s.n:
+            offs = _ranges(lo, hi - lo)
+            rows, inv = np.unique(np.asarray(s.post_doc[offs], np.int64), return_inverse=True)
+            sums = np.bincount(inv, weights=s.post_w[offs].astype(np.float64), minlength=len(rows))
+            keep = m[rows]
+            self.top = _top_by_score(rows[keep], sums[keep], top_n)
+            self.rows, self.sums = rows, sums
+            return
+        acc = s._sum_buffer()
+        for a, z in zip(lo.tolist(), hi.tolist()):
+            acc[s.post_doc[a:z]] += s.post_w[a:z]
+        vals = acc if every else np.where(m, acc, 0.0)
+        self.top = _top_of_dense(vals, top_n)
+        self.rows = np.union1d(self.top, wanted[wanted >= 0])
+        self.sums = acc[self.rows]
+        acc.fill(0.0)
 
     def at(self, rows: np.ndarray) -> np.ndarray:
-        """The sums at local `rows` (0.0 where no term reaches)."""
-        if self.dense is not None:
-            return self.dense[rows]
-        pos = np.clip(np.searchsorted(self.rows, rows), 0, max(len(self.rows) - 1, 0))
+        """The sums at local `rows` (0.0 where no term reaches; rows asked must be top or wanted
+        rows when the sums were dense)."""
         out = np.zeros(len(rows), np.float64)
         if len(self.rows):
+            pos = np.clip(np.searchsorted(self.rows, rows), 0, len(self.rows) - 1)
             hit = self.rows[pos] == rows
             out[hit] = self.sums[pos[hit]]
         return out
+
+
+def _top_by_score(rows: np.ndarray, sums: np.ndarray, top_n: int) -> np.ndarray:
+    """The top_n of (row, sum) pairs by (-sum, row), sorted by row."""
+    if len(rows) > top_n:
+        top = np.argpartition(-sums, top_n - 1)[:top_n]
+        # the cut may split a tie: take every row scoring as the last kept one
+        cut = sums[top].min()
+        top = np.flatnonzero(sums >= cut)
+        top = top[np.lexsort((rows[top], -sums[top]))][:top_n]
+        rows = rows[top]
+    return np.sort(rows)
+
+
+def _top_of_dense(vals: np.ndarray, top_n: int) -> np.ndarray:
+    """The top_n rows with a positive value by (-value, row), sorted by row: the top_n-th value
+    found by bucket maxima (retrieve.top_rows), then every row reaching it (ties complete)."""
+    from transforms.query.retrieve import top_rows
+    k = min(top_n, len(vals))
+    if not k:
+        return np.zeros(0, np.int64)
+    cols = top_rows(vals[None, :], k)[0]
+    cut = float(vals[cols[cols >= 0]].min()) if (cols >= 0).any() else 0.0
+    rows = np.flatnonzero(vals >= cut) if cut > 0 else np.flatnonzero(vals > 0)
+    return _top_by_score(rows, vals[rows], top_n)
 
 
 def unseen_term_weight(num_docs: int) -> float:
