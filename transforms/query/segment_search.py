@@ -112,29 +112,32 @@ class SegmentSearcher:
         t = t[~self._weighed[t]]
         if not len(t):
             return
-        lens = self.post_ptr[t + 1] - self.post_ptr[t]
-        cum, lo = np.cumsum(lens), 0
-        while lo < len(t):  # groups of at most _POST_BLOCK postings (a longer term alone)
-            done = int(cum[lo - 1]) if lo else 0
-            hi = max(lo + 1, int(np.searchsorted(cum, done + _POST_BLOCK, side="right")))
-            self._weigh_group(t[lo:hi], lens[lo:hi])
-            lo = hi
+        ptr = self.post_ptr
+        cut = np.flatnonzero(np.diff(t) != 1) + 1  # runs of consecutive ids: contiguous postings
+        for run in np.split(t, cut):
+            i = 0
+            while i < len(run):  # spans of at most _POST_BLOCK postings (a longer term alone)
+                fits = int(np.searchsorted(ptr[run[i] + 1:run[-1] + 2], ptr[run[i]] + _POST_BLOCK, side="right"))
+                j = i + max(1, fits)
+                self._weigh_span(int(run[i]), int(run[j - 1]))
+                i = j
         self._weighed[t] = True
 
-    def _weigh_group(self, t: np.ndarray, lens: np.ndarray) -> None:
-        k1 = self._k1
-        offs = _ranges(self.post_ptr[t], lens)
-        term = np.repeat(t, lens)
-        tf = np.asarray(self.seg.post_tf[offs], np.float64)
-        docs = np.asarray(self.post_doc[offs])
-        blk = self._idf[term] * tf * (k1 + 1) / (tf + self._norm[docs])
-        blk[~self.live[docs]] = 0.0  # a tombstoned row weighs nothing (and is masked out)
+    def _weigh_span(self, t0: int, t1: int) -> None:
+        """Weights of terms t0..t1 (consecutive ids, so one slice of the postings)."""
+        k1, ptr = self._k1, self.post_ptr
+        lo, hi = int(ptr[t0]), int(ptr[t1 + 1])
+        lens = np.diff(ptr[t0:t1 + 2])
+        docs = np.asarray(self.post_doc[lo:hi])
+        tf = np.asarray(self.seg.post_tf[lo:hi], np.float64)
+        blk = np.repeat(self._idf[t0:t1 + 1], lens) * tf * (k1 + 1) / (tf + self._norm[docs])
+        if len(self._dead):
+            blk[~self.live[docs]] = 0.0  # a tombstoned row weighs nothing (and is masked out)
         w = blk.astype(np.float32)
-        self.post_w[offs] = w
+        self.post_w[lo:hi] = w
         has = lens > 0
         if has.any():
-            starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
-            self._term_max[t[has]] = np.maximum.reduceat(w, starts[has])
+            self._term_max[t0:t1 + 1][has] = np.maximum.reduceat(w, (ptr[t0:t1 + 1] - lo)[has])
 
     def mask(self, acl_groups=None, filters=None) -> np.ndarray:
         """bool[n]: rows these access groups and metadata filters may see, tombstones excluded."""
@@ -205,11 +208,11 @@ class SegmentSearcher:
         those and of its dense candidates (d_rows[j]) for the hits."""
         if tids:
             self.weigh(np.concatenate(tids))
-        every = mask.ndim == 1 and bool(mask.all())
+        shared = np.flatnonzero(~mask) if mask.ndim == 1 else None  # the rows a question may not see
         out = []
         for j, t in enumerate(tids):
-            m = mask if mask.ndim == 1 else mask[j]
-            out.append(_BM25Sums(self, t, m, every, top_n, d_rows[j]))
+            m, hidden = (mask, shared) if shared is not None else (mask[j], np.flatnonzero(~mask[j]))
+            out.append(_BM25Sums(self, t, m, hidden, top_n, d_rows[j]))
         return out
 
     def _sum_buffer(self) -> np.ndarray:
@@ -266,7 +269,7 @@ class _BM25Sums:
     as contiguous slices); one reaching few sums its postings sorted by row. Kept afterwards:
     its top rows and the sums of the rows a caller may ask (`wanted`: its dense candidates)."""
 
-    def __init__(self, s: SegmentSearcher, tids: np.ndarray, m: np.ndarray, every: bool, top_n: int,
+    def __init__(self, s: SegmentSearcher, tids: np.ndarray, m: np.ndarray, hidden: np.ndarray, top_n: int,
                  wanted: np.ndarray):
         lo, hi = s.post_ptr[tids], s.post_ptr[tids + 1]
         if int((hi - lo).sum()) * SPARSE_FRACTION < s.n:
@@ -280,8 +283,8 @@ class _BM25Sums:
         acc = s._sum_buffer()
         for a, z in zip(lo.tolist(), hi.tolist()):
             acc[s.post_doc[a:z]] += s.post_w[a:z]
-        vals = acc if every else np.where(m, acc, 0.0)
-        self.top = _top_of_dense(vals, top_n)
+        acc[hidden] = 0.0  # never read again: the rows kept below are all visible ones
+        self.top = _top_of_dense(acc, top_n)
         self.rows = np.union1d(self.top, wanted[wanted >= 0])
         self.sums = acc[self.rows]
         acc.fill(0.0)
@@ -382,5 +385,5 @@ def gather(hits: list[SegmentHits], terms: list[str], dense_n: int, bm25_n: int,
     bound = 0.0
     for t in sorted(set(terms)):
         bound += tm.get(t, unseen)
-    return Gathered([(int(dn[i]), float(dc[i])) for i in o], [(int(bn[i]), float(bs[i])) for i in ob],
+    return Gathered(list(zip(dn[o].tolist(), dc[o].tolist())), list(zip(bn[ob].tolist(), bs[ob].tolist())),
                     dict(zip(cn.tolist(), cc.tolist())), dict(zip(cn.tolist(), cb.tolist())), bound, wdf)
