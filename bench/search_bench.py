@@ -1,7 +1,7 @@
 """The answer job's first-stage search, timed per question, against a baseline in one run.
 
 python -m bench.search_bench [--chunks 250000] [--segment 62500] [--index DIR] [--questions 500]
-                             [--baseline main] [--profile] [--out bench/results/search.json]
+                             [--threads 1] [--baseline main] [--profile] [--out FILE]
 
 Builds (once, reused) out/search_bench/idx-<chunks>-<segment>: a synthetic version made by
 bench/scale_data.py with its segments built by the real segment pipeline; or searches the live
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import hashlib
+import inspect
 import io
 import json
 import os
@@ -128,7 +129,8 @@ class _Clock:
         setattr(obj, method, lambda *a, **kw: self.timed(phase, fn, *a, **kw))
 
 
-def first_stage(module, side, cfg, qn, terms, words, batch: int, clock: _Clock, max_segments: Optional[int] = None):
+def first_stage(module, side, cfg, qn, terms, words, batch: int, clock: _Clock, max_segments: Optional[int] = None,
+                threads: int = 1):
     """The answer job's first stage with `module`'s SegmentSearcher: each segment opened, every
     batch searched, released (SearchSegmentFn's shape); then each question's hits gathered and
     fused (GatheredAnswerFn's). Returns the rankings."""
@@ -138,11 +140,13 @@ def first_stage(module, side, cfg, qn, terms, words, batch: int, clock: _Clock, 
     per_seg = []
     for i in range(n_seg):
         df, dead = vs.stats(i)
+        kw = {"threads": threads} if "threads" in inspect.signature(module.SegmentSearcher).parameters else {}
         s = clock.timed("open", module.SegmentSearcher, vs.segment(i), int(vs.offsets[i]), df, dead, vs.num_docs,
-                        vs.avgdl, k1=rc.bm25_k1 or 1.2, b=rc.bm25_b or 0.75)
-        for method, phase in (("dense_top", "dense"), ("bm25_top", "bm25"), ("hits", "hits")):
-            if hasattr(s, method):
-                clock.wrap(s, method, phase)
+                        vs.avgdl, k1=rc.bm25_k1 or 1.2, b=rc.bm25_b or 0.75, **kw)
+        if threads == 1:  # CPU is process-wide: phases overlapping on threads cannot be told apart
+            for method, phase in (("dense_top", "dense"), ("bm25_top", "bm25"), ("hits", "hits")):
+                if hasattr(s, method):
+                    clock.wrap(s, method, phase)
         hits = []
         for lo in range(0, len(qn), batch):
             sl = slice(lo, lo + batch)
@@ -185,6 +189,7 @@ def run(a) -> dict:
     paths = ([(f"baseline {a.baseline}", baseline_module(a.baseline))] if a.baseline else []) + \
         [("this tree", segment_search)]
     out = {"index": vdir, "chunks": chunks, "segments": n_seg, "questions": len(texts), "batch": a.batch,
+           "threads": a.threads, "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
            "analyze_cpu_ms_per_question": round(prep.cpu["analyze"] * 1000 / len(texts), 3), "paths": {}}
     got = {}
     for name, module in paths:
@@ -192,7 +197,7 @@ def run(a) -> dict:
         prof = cProfile.Profile() if a.profile else None
         if prof:
             prof.enable()
-        got[name] = first_stage(module, side, cfg, qn, terms, words, a.batch, clock, a.max_segments)
+        got[name] = first_stage(module, side, cfg, qn, terms, words, a.batch, clock, a.max_segments, a.threads)
         if prof:
             prof.disable()
             buf = io.StringIO()
@@ -230,6 +235,8 @@ def main(argv=None) -> int:
     ap.add_argument("--questions", type=int, default=500)
     ap.add_argument("--questions-file", help="JSONL questions (`question`) instead of the scale bench's")
     ap.add_argument("--batch", type=int, default=64, help="questions per search call (output.batch_size)")
+    ap.add_argument("--threads", type=int, default=1, help="retrieve.search_threads of this tree's searchers "
+                    "(1: CPU split by phase)")
     ap.add_argument("--baseline", default="main", help="git ref whose segment_search.py is timed too ('' for none)")
     ap.add_argument("--profile", action="store_true", help="cProfile each path (stderr)")
     ap.add_argument("--no-answer", dest="answer", action="store_false", help="skip timing the answer step")

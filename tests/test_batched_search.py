@@ -1,7 +1,8 @@
 """The batched first stage (segment_search.SegmentSearcher.search, a batch of questions at once)
 ranks exactly as a brute-force search of one question at a time: the same dense and BM25 lists
 (ids and order), the same scores, in 1, 3 and 7 segments, with and without access filters and
-tombstones, through each internal path (bucketed dense top-k, dense and sparse BM25 sums)."""
+tombstones, through each internal path (bucketed dense top-k, dense and sparse BM25 sums, groups
+of questions on threads)."""
 from __future__ import annotations
 
 import json
@@ -63,7 +64,7 @@ def built(tmp_path_factory):
 DEAD = np.arange(2, N, 11)  # tombstoned rows (global numbers)
 
 
-def _searchers(segs):
+def _searchers(segs, threads: int = 1):
     """SegmentSearchers under one version's statistics: df over every segment's live rows."""
     from transforms.query.segment_search import SegmentSearcher
     df_of: dict = {}
@@ -83,7 +84,8 @@ def _searchers(segs):
     for s in segs:
         terms = s.terms().column("term").to_pylist()
         dead = DEAD[(DEAD >= off) & (DEAD < off + s.n)] - off
-        out.append(SegmentSearcher(s, off, np.array([df_of[t] for t in terms]), dead, live, total_len / live))
+        out.append(SegmentSearcher(s, off, np.array([df_of[t] for t in terms]), dead, live, total_len / live,
+                                   threads=threads))
         off += s.n
     return out, live
 
@@ -133,7 +135,7 @@ ACCESS = [(None, None), (["eng"], None), (None, {"format": "text"}), (["ops", "e
 
 @pytest.mark.parametrize("k", [1, 3, 7])
 @pytest.mark.parametrize("filtered", [False, True])
-@pytest.mark.parametrize("path", ["default", "buckets+dense_sums", "sparse_sums"])
+@pytest.mark.parametrize("path", ["default", "buckets+dense_sums", "sparse_sums", "threads"])
 def test_batched_search_equals_brute_force_one_question_at_a_time(built, monkeypatch, k, filtered, path):
     from transforms.query import retrieve, segment_search
     from transforms.query.segment_search import gather
@@ -142,8 +144,10 @@ def test_batched_search_equals_brute_force_one_question_at_a_time(built, monkeyp
         monkeypatch.setattr(segment_search, "SPARSE_FRACTION", 10 ** 9)
     elif path == "sparse_sums":
         monkeypatch.setattr(segment_search, "SPARSE_FRACTION", 0)
+    elif path == "threads":  # questions in groups of 2 or more, searched side by side
+        monkeypatch.setattr(segment_search, "MIN_GROUP", 2)
     segs, (rows, _, questions, qv) = built
-    searchers, live = _searchers(segs[k])
+    searchers, live = _searchers(segs[k], threads=3 if path == "threads" else 1)
     terms, words = _analyse(questions)
     access = [ACCESS[j % len(ACCESS)] if filtered else (None, None) for j in range(len(questions))]
     whole = {(tuple(a or []), json.dumps(f)): np.concatenate([s.mask(a, f) for s in searchers]) for a, f in access}

@@ -15,6 +15,7 @@ the smaller global number, which is chunk_id order in a version built whole.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -54,8 +55,9 @@ class SegmentSearcher:
     masks for access rules with tombstones folded in."""
 
     def __init__(self, seg: Segment, offset: int, df: np.ndarray, dead: np.ndarray, num_docs: int,
-                 avgdl: float, k1: float = 1.2, b: float = 0.75):
+                 avgdl: float, k1: float = 1.2, b: float = 0.75, threads: int = 1):
         self.seg, self.offset, self.n = seg, int(offset), seg.n
+        self.threads = max(1, int(threads))
         self.live = np.ones(seg.n, bool)
         self.live[np.asarray(dead, np.int64)] = False
         self._dead = np.asarray(dead, np.int64)
@@ -174,20 +176,38 @@ class SegmentSearcher:
     def search(self, terms: list[list[str]], words: list[set], qvecs: np.ndarray, dense_n: int, bm25_n: int,
                access: Optional[list] = None, allowed: Optional[np.ndarray] = None) -> list[SegmentHits]:
         """terms: each question's distinct analysed BM25 terms; words: its content words; qvecs:
-        unit question vectors; access: (acl groups, filters) per question, or `allowed` masks."""
+        unit question vectors; access: (acl groups, filters) per question, or `allowed` masks.
+        With threads > 1, groups of questions are searched side by side (each question's result
+        is computed the same way whatever its group)."""
         q = np.asarray(qvecs, np.float32)
         b = len(q)
         mask = self._allowed(access or [(None, None)] * b, allowed)
-        d_rows = self.dense_top(q, dense_n + MARGIN, mask)
-        vocab = self.vocab
+        vocab, _ = self.vocab, self.word_df  # read before any thread needs them
         tids = [np.array(sorted(vocab[t] for t in ts if t in vocab), np.int64) for ts in terms]
-        bm = self.bm25_top(tids, bm25_n, mask, d_rows)
-        return self.hits(q, d_rows, bm, tids, terms, words, dense_n, mask)
+        if tids:
+            self.weigh(np.concatenate(tids))
+        d_rows = self.dense_top(q, dense_n + MARGIN, mask)
+
+        def group(sl: slice) -> list[SegmentHits]:
+            m = mask if mask.ndim == 1 else mask[sl]
+            bm = self.bm25_top(tids[sl], bm25_n, m, d_rows[sl])
+            return self.hits(q[sl], d_rows[sl], bm, terms[sl], words[sl], dense_n, m)
+        return [h for part in self._map(group, b) for h in part]
+
+    def _map(self, fn, b: int) -> list:
+        """fn over contiguous groups of the b questions: one group, or one per thread (each at
+        least MIN_GROUP questions)."""
+        ways = max(1, min(self.threads, b // MIN_GROUP))
+        if ways == 1:
+            return [fn(slice(0, b))]
+        step = -(-b // ways)
+        return list(_pool(self.threads).map(fn, [slice(lo, lo + step) for lo in range(0, b, step)]))
 
     def dense_top(self, q: np.ndarray, k: int, mask: np.ndarray) -> np.ndarray:
         """(b, k) local rows: each question's k best float32 cosines among its allowed rows
         (any order; -1 past the allowed rows). One matrix product per block of questions,
-        straight off the memory-mapped float32 vectors."""
+        straight off the memory-mapped float32 vectors (BLAS threads); the top k of each row
+        by the searcher's threads."""
         from transforms.query.retrieve import top_rows
         b = len(q)
         out = np.empty((b, k), np.int64)
@@ -200,14 +220,15 @@ class SegmentSearcher:
             if not every:
                 m = mask if mask.ndim == 1 else mask[rows]
                 np.copyto(scores, -np.inf, where=~m)
-            out[rows] = top_rows(scores, k)
+
+            def top(sl: slice, scores=scores, lo=lo) -> None:
+                out[lo + sl.start:lo + sl.stop] = top_rows(scores[sl], k)
+            self._map(top, len(scores))
         return out
 
     def bm25_top(self, tids: list[np.ndarray], top_n: int, mask: np.ndarray, d_rows: np.ndarray) -> list["_BM25Sums"]:
         """Per question: its top_n allowed rows by (-BM25, row), sorted by row, and the BM25 of
-        those and of its dense candidates (d_rows[j]) for the hits."""
-        if tids:
-            self.weigh(np.concatenate(tids))
+        those and of its dense candidates (d_rows[j]) for the hits. Its terms are weighed."""
         shared = np.flatnonzero(~mask) if mask.ndim == 1 else None  # the rows a question may not see
         out = []
         for j, t in enumerate(tids):
@@ -222,7 +243,7 @@ class SegmentSearcher:
             buf = self._local.buf = np.zeros(self.n, np.float64)
         return buf
 
-    def hits(self, q: np.ndarray, d_rows: np.ndarray, bm: list["_BM25Sums"], tids, terms, words,
+    def hits(self, q: np.ndarray, d_rows: np.ndarray, bm: list["_BM25Sums"], terms, words,
              dense_n: int, mask: np.ndarray) -> list[SegmentHits]:
         """Each question's SegmentHits: its dense candidates re-scored in float64 and cut to
         dense_n by (-cosine, row), its BM25 top, both scores of every chunk in either."""
@@ -251,6 +272,22 @@ class SegmentSearcher:
             wdf = {w: wdf_all[w] for w in words[j] if wdf_all.get(w, 0) > 0}
             out.append(SegmentHits(d + off, dcos, br + off, bscore, cand + off, ccos, cbm, tm, wdf))
         return out
+
+
+MIN_GROUP = 8  # questions per thread at least: fewer are not worth a hand-over
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """One pool per thread count per process, shared by its searchers (numpy releases the GIL in
+    the array work, so the threads run side by side)."""
+    with _POOLS_LOCK:
+        p = _POOLS.get(threads)
+        if p is None:
+            p = _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="segment-search")
+        return p
 
 
 def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
