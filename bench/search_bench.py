@@ -1,19 +1,14 @@
 """The answer job's first-stage search, timed per question, against a baseline in one run.
 
-python -m bench.search_bench [--chunks 250000] [--segment 62500] [--index DIR] [--questions 500]
+python -m bench.search_bench [--chunks 250000] [--segment 250000] [--index DIR] [--questions 500]
                              [--threads 1] [--baseline main] [--profile] [--out FILE]
 
-Builds (once, reused) out/search_bench/idx-<chunks>-<segment>: a synthetic version made by
-bench/scale_data.py with its segments built by the real segment pipeline; or searches the live
-version of --index DIR (any segmented index, e.g. a realistic scale corpus). Questions: the
-scale bench's (first sentences of the sample rows) or --questions-file (JSONL with `question`),
-embedded once, outside the timings.
-
-Per code path (this tree's searcher, and --baseline REF's transforms/query/segment_search.py
-loaded from git, both under this tree's engine), CPU seconds (time.process_time) per question
-split by phase: open (the searchers of every segment), search (per segment: dense, BM25 and the
-per-question hit assembly), gather, fuse (AnswerSide.rankings) and answer (AnswerSide.finish).
-Both paths must give the same rankings; the bench fails otherwise.
+Searches out/search_bench/idx-<chunks>-<segment> (a bench/scale_data.py version with its
+segments, built once) or the live version of --index DIR, with the scale bench's questions or
+--questions-file, embedded once outside the timings. Per code path (this tree's searcher, then
+--baseline REF's segment_search.py loaded from git, both under this tree's engine): CPU per
+question (time.process_time) by phase: open, search (dense, BM25, hits), gather, fuse, answer.
+Exits 1 when the two paths rank any question differently. Figures: docs/benchmarks.md.
 """
 from __future__ import annotations
 
@@ -185,7 +180,7 @@ def run(a) -> dict:
     qn = qv / np.clip(np.linalg.norm(qv, axis=1, keepdims=True), 1e-12, None)
     prep = _Clock()
     terms, words = prep.timed("analyze", side.analyze, texts)
-    # the baseline first: a cold page cache or first-touch costs would fall on it, not on this tree
+    # the baseline first: a cold page cache would slow it, not this tree
     paths = ([(f"baseline {a.baseline}", baseline_module(a.baseline))] if a.baseline else []) + \
         [("this tree", segment_search)]
     out = {"index": vdir, "chunks": chunks, "segments": n_seg, "questions": len(texts), "batch": a.batch,
@@ -226,6 +221,11 @@ def run(a) -> dict:
     return out
 
 
+def _commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.search_bench", description=__doc__.splitlines()[0])
     ap.add_argument("--chunks", type=int, default=250_000)
@@ -240,7 +240,7 @@ def main(argv=None) -> int:
     ap.add_argument("--baseline", default="main", help="git ref whose segment_search.py is timed too ('' for none)")
     ap.add_argument("--profile", action="store_true", help="cProfile each path (stderr)")
     ap.add_argument("--no-answer", dest="answer", action="store_false", help="skip timing the answer step")
-    ap.add_argument("--out", help="append the result (a JSON list) to this file")
+    ap.add_argument("--out", help="add the result to this JSON list (replacing a run of the same shape)")
     ap.add_argument("--build-only", action="store_true")
     a = ap.parse_args(argv)
     if a.build_only:
@@ -248,10 +248,18 @@ def main(argv=None) -> int:
         return 0
     r = run(a)
     print(json.dumps(r, indent=1))
-    if a.out:
-        rows = json.load(open(a.out, encoding="utf-8")) if os.path.exists(a.out) else []
+    same, _, total = str(r.get("same_rankings", "0/0")).partition("/")
+    if same != total:
+        print("search_bench: the paths rank some questions differently", file=sys.stderr)
+        return 1
+    if a.out:  # a list of runs: this one replaces an earlier run of the same shape
         from bench.jsonfile import write_json
-        write_json(a.out, rows + [r])
+        with open(a.out, encoding="utf-8") if os.path.exists(a.out) else io.StringIO("[]") as f:
+            rows = json.load(f)
+        r.pop("index")
+        r.update(commit=_commit(), measured=time.strftime("%Y-%m-%d"))
+        shape = ("chunks", "segments", "questions", "threads", "blas_threads")
+        write_json(a.out, [x for x in rows if any(x.get(k) != r.get(k) for k in shape)] + [r])
     return 0
 
 
