@@ -1,20 +1,24 @@
-"""`make bench-scale`: segmented indexes at 100k..1M+ chunks on this machine.
+"""`make bench-scale`: segmented indexes at 100k..3M realistic synthetic chunks on this machine.
 
 python -m bench.scale_bench [--sizes 250000,1000000] [--segment 250000] [--questions 500]
-                            [--nightly 300000] [--out bench/results/scale.json]
+                            [--nightly 300000] [--data ../shared/data] [--out bench/results/scale.json]
 
-Synthetic versions made from real chunk rows (bench/scale_data.py: the sample corpus indexed
-once with the real pipeline, rows replicated with fresh ids and perturbed unit vectors; the
-embedding model is skipped for the rows, not for the questions). Per size, each in its own
-process so its peak RSS is its own:
+The corpus (bench/scale_corpus.py, docs/benchmarks.md "The scale corpus"): documents re-sampled from
+the real text of the dev corpora (samples/corpus when ../shared/data is missing), with a vocabulary
+growing by Heaps' law fitted on that text and vectors from the real chunks' embeddings; the
+questions are real dev-set questions whose gold documents are planted in it. The embedding model
+runs for the questions (and once for the pool), not for the synthetic rows. Per size, each step in
+its own process, so its peak RSS and CPU (wait4: user + system, every thread) are its own:
   build    the version's segments from its shards (pipelines.segments.rebuild_segments: the
            Beam segment pipeline on the in-process runner), from scratch
   answer   the answer job (pipelines.answer.run_answer: scatter/gather over the segments) on
-           `--questions` questions made from the rows' first sentences
-  nightly  (sizes in --nightly) a new version with 1% of the documents changed, segmented
-           against the live one: reuse, tombstones and new segments only
-Writes a list of rows (chunks, segments, answer_peak_rss_mb, build_peak_rss_mb, artifact_s,
-answer_qps, and for nightly rows nightly_artifact_s) to --out, and a table beside it (.md).
+           `--questions` questions; search CPU is the process CPU inside SegmentSearcher.search
+  nightly  (sizes in --nightly) a new version with 1% of the documents changed (the carry step
+           rewriting the shards), segmented against the live one: reuse, tombstones, new segments
+Full-build rows: chunks, segments, build_cpu_s, search_cpu_ms_per_question, answer_peak_rss_mb,
+distinct_terms (BM25 terms per segment, mean), recall_at_10, and the older figures; nightly rows:
+nightly, chunks, nightly_cpu_s, full_cpu_s, nightly_bytes_written, full_bytes_written and their
+parts. Written to --out (a list of rows) with a table beside it (.md); raw outputs under out/scale/.
 """
 from __future__ import annotations
 
@@ -36,18 +40,42 @@ def _cfg(segment: int):
     return load_config(environ={"RAGBEAM__INDEX__SEGMENT_MAX_CHUNKS": str(segment)})
 
 
-def _make_index(n: int, seed: int = 0) -> str:
-    """out/scale/idx-<n>/ holding one synthetic version (made once, reused by later runs)."""
-    from bench.scale_data import make_source_rows, write_synthetic_version
+def _pool(data: str | None):
+    from pathlib import Path
+    from bench.scale_pool import build_pool
+    return build_pool(Path(data) if data else None)
+
+
+def _make_index(n: int, pool, questions: int, seed: int = 0) -> tuple[str, dict]:
+    """out/scale/idx-<n>/ holding one realistic synthetic version, and its gold map
+    (out/scale/gold-<n>.json); made once, reused while the pool, seed, questions and generator
+    are the same."""
+    from bench.scale_corpus import GENERATOR, write_realistic_version
+    from bench.scale_pool import pool_digest
     idx = os.path.join(WORK, f"idx-{n}")
     name = f"v{n}"
     vdir = os.path.join(idx, "versions", name)
-    if not os.path.exists(os.path.join(vdir, "manifest.json")):
+    gold_path = os.path.join(WORK, f"gold-{n}.json")
+    want = {"generator": GENERATOR, "pool_digest": pool_digest(pool), "seed": seed,
+            "questions": len(pool.questions[:questions])}
+    have = _read_json(os.path.join(vdir, "manifest.json")).get("synthetic") or {}
+    if any(have.get(k) != v for k, v in want.items()) or not os.path.exists(gold_path):
         shutil.rmtree(idx, ignore_errors=True)
-        write_synthetic_version(make_source_rows(), vdir, n, seed=seed)
+        got = write_realistic_version(pool, vdir, n, seed=seed, questions=questions,
+                                      log=lambda *a: print(*a, file=sys.stderr, flush=True))
+        with open(gold_path, "w", encoding="utf-8") as f:
+            json.dump(got["gold"], f)
     with open(os.path.join(idx, "CURRENT"), "w", encoding="utf-8") as f:
         f.write(name + "\n")
-    return idx
+    return idx, _read_json(gold_path)
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
 
 
 BYTES_PER_CHUNK = 8_000  # measured: idx-1000000 (shards + segments) is 7.6 GB
@@ -61,7 +89,17 @@ def _disk_short(n: int) -> str:
     return "" if free > need else f"needs ~{need / 1e9:.0f} GB, {free / 1e9:.0f} GB free"
 
 
+def _bench_questions(path: str, pool, gold: dict, n: int) -> str:
+    """The first n pool questions whose gold documents are planted in this version."""
+    from bench.scale_corpus import questions_for
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(q) + "\n" for q in questions_for(pool, gold, n))
+    return path
+
+
 def _questions(path: str, n: int) -> str:
+    """The old copy corpus's questions (the first sentences of the sample rows): kept for
+    bench/studies/ann_vs_exact.py, which measures on the copy corpus's vectors."""
     from bench.scale_data import make_source_rows
     from transforms.common.sentences import split_sentences
     rows = make_source_rows().column("text").to_pylist()
@@ -77,13 +115,19 @@ def _questions(path: str, n: int) -> str:
     return path
 
 
-def _run_child(args: list[str], result: str) -> tuple[dict, float]:
-    from bench.scale_data import peak_rss_mb
-    rc, peak, _ = peak_rss_mb([sys.executable, "-m", "bench.scale_bench", *args, "--result", result], cwd=ROOT)
-    if rc != 0:
-        raise RuntimeError(f"{' '.join(args)}: exit {rc}")
+def _run_child(args: list[str], result: str) -> tuple[dict, float, float]:
+    """(the child's result, its peak RSS in MB, its CPU seconds)."""
+    from bench.scale_data import run_measured
+    r = run_measured([sys.executable, "-m", "bench.scale_bench", *args, "--result", result], cwd=ROOT)
+    if r["rc"] != 0:
+        raise RuntimeError(f"{' '.join(args)}: exit {r['rc']}")
     with open(result, encoding="utf-8") as f:
-        return json.load(f), peak
+        return json.load(f), r["peak_rss_mb"], r["cpu_s"]
+
+
+def _segment_bytes(index: str, ids) -> int:
+    from bench.scale_data import dir_bytes
+    return sum(dir_bytes(os.path.join(index, "segments", i)) for i in ids)
 
 
 # --- the child steps (each in its own process) -----------------------------------------------
@@ -92,21 +136,55 @@ def _child_build(a) -> dict:
     from pipelines.segments import rebuild_segments
     shutil.rmtree(os.path.join(a.index, "segments"), ignore_errors=True)
     got = rebuild_segments(_cfg(a.segment), a.index)
-    return {"segments": len(got["segments"]), "artifact_s": got["artifact_s"], "build_s": got["build_s"]}
+    from transforms.index.segments import read_meta
+    segs = got["segments"]
+    terms = [read_meta(os.path.join(a.index, "segments", s["id"]))["terms"] for s in segs]
+    return {"segments": len(segs), "artifact_s": got["artifact_s"], "build_s": got["build_s"],
+            "distinct_terms": round(sum(terms) / max(1, len(terms))),
+            "segment_bytes": _segment_bytes(a.index, [s["id"] for s in segs])}
 
 
 def _child_answer(a) -> dict:
+    from bench.scale_corpus import recall_at
     from pipelines.answer import run_answer
+    from transforms.query import segment_search
     out = os.path.join(WORK, f"answers-{os.path.basename(a.index)}.jsonl")
     for p in (out, out + ".summary.json"):
         if os.path.exists(p):
             os.remove(p)
     shutil.rmtree(out + ".parts", ignore_errors=True)
+    # search CPU: the process's CPU inside every SegmentSearcher.search call (the in-process
+    # runner answers one bundle at a time, so what runs meanwhile is the search and its BLAS threads)
+    spent = [0.0]
+    search = segment_search.SegmentSearcher.search
+
+    def timed_search(self, *args, **kw):
+        t0 = time.process_time()
+        try:
+            return search(self, *args, **kw)
+        finally:
+            spent[0] += time.process_time() - t0
+    segment_search.SegmentSearcher.search = timed_search
     t = time.perf_counter()
     s = run_answer(_cfg(a.segment), a.index, a.questions, out, progress=False, log=lambda *_: None, overwrite=True)
     wall = time.perf_counter() - t
-    return {"questions": s["questions_written"], "answer_wall_s": round(wall, 2),
-            "answer_qps": round(s["questions_written"] / wall, 2)}
+    n = s["questions_written"]
+    recall, judged = recall_at(out, _read_json(a.gold), 10) if a.gold else (float("nan"), 0)
+    return {"questions": n, "answer_wall_s": round(wall, 2), "answer_qps": round(n / wall, 2),
+            # None when the runner searched in other processes (nothing was timed here)
+            "search_cpu_ms_per_question": round(1000 * spent[0] / n, 2) if n and spent[0] else None,
+            "recall_at_10": round(recall, 4) if judged else None, "recall_questions": judged}
+
+
+def _child_carry(a) -> dict:
+    """The nightly's shard step as the index job does it today (a new version whose unchanged
+    rows are copied into it, bench/scale_data.write_changed_version), or with --fraction 0 a
+    version's shards written whole (the full run's shard step, without parsing and embedding)."""
+    from bench.scale_data import dir_bytes, write_changed_version
+    from transforms.index import publish
+    shutil.rmtree(a.version, ignore_errors=True)
+    got = write_changed_version(publish.resolve_index(a.index), a.version, a.fraction)
+    return {"bytes": dir_bytes(a.version), "carried_chunks": got["carried_chunks"], "added": got["added"]}
 
 
 def _child_nightly(a) -> dict:
@@ -116,71 +194,99 @@ def _child_nightly(a) -> dict:
     cfg = _cfg(a.segment)
     with open(os.path.join(publish.resolve_index(a.index), "manifest.json"), encoding="utf-8") as f:
         live = json.load(f)
+    seg_root = os.path.join(a.index, "segments")
+    before = set(os.listdir(seg_root)) if os.path.isdir(seg_root) else set()
     got = segment_version(a.index, a.version, a.version, cfg, model_spec_from_config(cfg), live,
                           log=lambda *_: None)
+    new = [s["id"] for s in got["segments"] if s["id"] not in before]
     return {"segments": len(got["segments"]), "nightly_artifact_s": got["artifact_s"],
+            "segment_bytes": _segment_bytes(a.index, new),
             **{k: got["segment_plan"][k] for k in ("reused", "built", "merged", "tombstones")}}
 
 
-def _nightly_version(idx: str, n: int) -> str:
-    from bench.scale_data import write_changed_version
-    from transforms.index import publish
-    new = os.path.join(WORK, f"nightly-{n}")
-    shutil.rmtree(new, ignore_errors=True)
-    write_changed_version(publish.resolve_index(idx), new, 0.01)
-    return new
+def _nightly_row(idx: str, n: int, a, b: dict, b_cpu: float, stamp: dict) -> dict:
+    """A 1% nightly against a full run, both as the current code does them. The shard step of
+    each is timed by its stand-in (_child_carry), not by the index job.
+    TODO(branch nightly): time the whole index job (pipelines.index.run_index on a changed input,
+    every step) for both, once the nightly writes only changed shards; until then the nightly's
+    carry step rewrites every unchanged row, as the index job's _carry_chunks does."""
+    res = os.path.join(WORK, "result.json")
+    new, whole = os.path.join(WORK, f"nightly-{n}"), os.path.join(WORK, f"whole-{n}")
+    c, _, c_cpu = _run_child(["carry", "--index", idx, "--version", new, "--fraction", "0.01"], res)
+    w, _, w_cpu = _run_child(["carry", "--index", idx, "--version", whole, "--fraction", "0"], res)
+    shutil.rmtree(whole, ignore_errors=True)
+    g, g_rss, g_cpu = _run_child(["nightly", "--index", idx, "--version", new, "--segment", str(a.segment)], res)
+    nightly_cpu, full_cpu = c_cpu + g_cpu, w_cpu + b_cpu
+    nightly_bytes, full_bytes = c["bytes"] + g["segment_bytes"], w["bytes"] + b["segment_bytes"]
+    return {"chunks": n, "segments": g["segments"], "segment_max_chunks": a.segment, "nightly": True,
+            "change_fraction": 0.01,
+            "nightly_cpu_s": round(nightly_cpu, 2), "full_cpu_s": round(full_cpu, 2),
+            "nightly_cpu_vs_full": round(nightly_cpu / full_cpu, 4),
+            "nightly_bytes_written": nightly_bytes, "full_bytes_written": full_bytes,
+            "nightly_bytes_vs_full": round(nightly_bytes / full_bytes, 4),
+            "nightly_carry_cpu_s": round(c_cpu, 2), "nightly_segments_cpu_s": round(g_cpu, 2),
+            "full_shards_cpu_s": round(w_cpu, 2), "full_segments_cpu_s": round(b_cpu, 2),
+            "nightly_artifact_s": g["nightly_artifact_s"], "build_peak_rss_mb": round(g_rss),
+            "full_artifact_s": b["artifact_s"], "nightly_vs_full": round(g["nightly_artifact_s"] / b["artifact_s"], 4),
+            **{k: g[k] for k in ("reused", "built", "merged", "tombstones")}, **stamp}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.scale_bench", description=__doc__.splitlines()[0])
-    ap.add_argument("step", nargs="?", choices=["build", "answer", "nightly"], help=argparse.SUPPRESS)
-    ap.add_argument("--sizes", default="100000,250000,300000,1000000,3000000")
+    ap.add_argument("step", nargs="?", choices=["build", "answer", "carry", "nightly"], help=argparse.SUPPRESS)
+    ap.add_argument("--sizes", default="100000,250000,300000,1000000,3000000", help="chunks, comma-separated")
     ap.add_argument("--segment", type=int, default=250_000)
     ap.add_argument("--questions", default="500")
     ap.add_argument("--nightly", default="300000,1000000", help="sizes that also get a 1%% nightly ('' for none)")
+    ap.add_argument("--data", help="the dev corpora the corpus is re-sampled from (default ../shared/data; "
+                    "samples/corpus when they are missing)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "scale.json"))
     ap.add_argument("--merge", action="store_true", help="keep --out's rows of the sizes not run now "
                     "(each row says when and at which commit it was measured)")
     ap.add_argument("--index", help=argparse.SUPPRESS)
     ap.add_argument("--version", help=argparse.SUPPRESS)
+    ap.add_argument("--fraction", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--gold", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.step:  # a child process
-        got = {"build": _child_build, "answer": _child_answer, "nightly": _child_nightly}[a.step](a)
+        got = {"build": _child_build, "answer": _child_answer, "carry": _child_carry,
+               "nightly": _child_nightly}[a.step](a)
         with open(a.result, "w", encoding="utf-8") as f:
             json.dump(got, f)
         return 0
     os.makedirs(WORK, exist_ok=True)
-    qfile = _questions(os.path.join(WORK, "questions.jsonl"), int(a.questions))
+    pool = _pool(a.data)
+    n_questions = int(a.questions)
     nightly = {int(x) for x in a.nightly.split(",") if x}
     sizes = [int(x) for x in a.sizes.split(",")]
     rows, kept = [], _kept_rows(a.out, sizes) if a.merge else []
-    stamp = {"measured": time.strftime("%Y-%m-%d", time.gmtime()), "commit": _commit()}
+    stamp = {"measured": time.strftime("%Y-%m-%d", time.gmtime()), "commit": _commit(),
+             "corpus": f"resampled from {pool.name} (Heaps K={pool.stats['K']}, beta={pool.stats['beta']})"}
     for n in sizes:
         short = _disk_short(n)
         if short:  # a size that does not fit is said, not silently dropped
             rows.append({"chunks": n, "skipped": short})
             print(json.dumps(rows[-1]), flush=True)
             continue
-        idx = _make_index(n)
+        idx, gold = _make_index(n, pool, n_questions)
+        qfile = _bench_questions(os.path.join(WORK, f"questions-{n}.jsonl"), pool, gold, n_questions)
+        gold_file = os.path.join(WORK, f"gold-{n}.json")
         res = os.path.join(WORK, "result.json")
-        b, b_rss = _run_child(["build", "--index", idx, "--segment", str(a.segment)], res)
-        q, q_rss = _run_child(["answer", "--index", idx, "--segment", str(a.segment), "--questions", qfile], res)
+        b, b_rss, b_cpu = _run_child(["build", "--index", idx, "--segment", str(a.segment)], res)
+        q, q_rss, q_cpu = _run_child(["answer", "--index", idx, "--segment", str(a.segment), "--questions", qfile,
+                                      "--gold", gold_file], res)
         row = {"chunks": n, "segments": b["segments"], "segment_max_chunks": a.segment,
+               "build_cpu_s": round(b_cpu, 2), "distinct_terms": b["distinct_terms"],
+               "search_cpu_ms_per_question": q["search_cpu_ms_per_question"],
                "answer_peak_rss_mb": round(q_rss), "build_peak_rss_mb": round(b_rss),
-               "artifact_s": b["artifact_s"], "answer_qps": q["answer_qps"], "questions": q["questions"], **stamp}
+               "artifact_s": b["artifact_s"], "answer_cpu_s": round(q_cpu, 2), "answer_qps": q["answer_qps"],
+               "questions": q["questions"], "recall_at_10": q["recall_at_10"], **stamp}
         rows.append(row)
         print(json.dumps(row), flush=True)
         if n in nightly:
-            new = _nightly_version(idx, n)
-            g, g_rss = _run_child(["nightly", "--index", idx, "--version", new, "--segment", str(a.segment)], res)
-            row = {"chunks": n, "segments": g["segments"], "segment_max_chunks": a.segment, "nightly": True,
-                   "change_fraction": 0.01, "nightly_artifact_s": g["nightly_artifact_s"],
-                   "build_peak_rss_mb": round(g_rss), "full_artifact_s": b["artifact_s"],
-                   "nightly_vs_full": round(g["nightly_artifact_s"] / b["artifact_s"], 4),
-                   **{k: g[k] for k in ("reused", "built", "merged", "tombstones")}, **stamp}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            rows.append(_nightly_row(idx, n, a, b, b_cpu, stamp))
+            print(json.dumps(rows[-1]), flush=True)
         _write(a.out, sorted(kept + rows, key=lambda r: (r["chunks"], bool(r.get("nightly")))))
     return 0
 
@@ -202,8 +308,9 @@ def _commit() -> str:
 def _write(out: str, rows: list[dict]) -> None:
     os.makedirs(os.path.dirname(out), exist_ok=True)
     write_json(out, rows, depth=1)
-    cols = ["chunks", "segments", "build_peak_rss_mb", "artifact_s", "answer_peak_rss_mb", "answer_qps",
-            "nightly_artifact_s", "nightly_vs_full"] + (["skipped"] if any("skipped" in r for r in rows) else [])
+    cols = ["chunks", "segments", "distinct_terms", "build_cpu_s", "build_peak_rss_mb", "artifact_s",
+            "search_cpu_ms_per_question", "answer_peak_rss_mb", "answer_qps", "recall_at_10", "nightly_cpu_vs_full",
+            "nightly_bytes_vs_full", "nightly_vs_full"] + (["skipped"] if any("skipped" in r for r in rows) else [])
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
     runs: dict[str, list[str]] = {}

@@ -1,4 +1,9 @@
-"""Large synthetic index versions made from real chunk rows, for the scale benchmark.
+"""Synthetic index versions of copied chunk rows, their nightly (changed) versions, peak RSS and CPU.
+
+The scale bench's corpus is bench/scale_corpus.py (text re-sampled with a growing vocabulary);
+this module keeps the copy corpus (bench/studies/ann_vs_exact.py measures on its vectors; its
+distinct terms are the source rows', whatever the size), write_changed_version (the nightly's
+carry step, as the index job does it today) and the measured child processes both use.
 
     python -m bench.scale_data --chunks 100000 --out out/scale/v100k
     python -m bench.scale_data --changed-from out/scale/v100k --fraction 0.01 --out out/scale/v100k-n1
@@ -541,13 +546,13 @@ try:
     pid = os.posix_spawnp(argv[0], argv, os.environ)
 except OSError as e:
     print(f"peak_rss_mb: {argv[0]}: {e}", file=sys.stderr)
-    rc, rss, wall = 127, 0, 0.0
+    rc, rss, wall, cpu = 127, 0, 0.0, 0.0
 else:
     _, status, ru = os.wait4(pid, 0)
     wall = time.perf_counter() - t
-    rc, rss = os.waitstatus_to_exitcode(status), ru.ru_maxrss
+    rc, rss, cpu = os.waitstatus_to_exitcode(status), ru.ru_maxrss, ru.ru_utime + ru.ru_stime
 with open(out, "w") as f:
-    json.dump({"rc": rc, "maxrss_kb": rss, "wall_s": wall}, f)
+    json.dump({"rc": rc, "maxrss_kb": rss, "wall_s": wall, "cpu_s": cpu}, f)
 """
 
 
@@ -556,6 +561,14 @@ def peak_rss_mb(cmd: list[str], *, env: Optional[dict] = None, cwd: Optional[str
     """Run cmd in a fresh process; (exit code, peak RSS in MB, wall seconds). The peak is
     wait4's ru_maxrss: the largest of the command's process and the descendants it waited for
     (a max over processes, not a sum of concurrent ones). Timing excludes the wrapper's start."""
+    r = run_measured(cmd, env=env, cwd=cwd, stdout=stdout, stderr=stderr, timeout=timeout)
+    return r["rc"], r["peak_rss_mb"], r["wall_s"]
+
+
+def run_measured(cmd: list[str], *, env: Optional[dict] = None, cwd: Optional[str] = None,
+                 stdout=None, stderr=None, timeout: Optional[float] = None) -> dict:
+    """peak_rss_mb's run, as {"rc", "peak_rss_mb", "wall_s", "cpu_s"}: cpu_s is wait4's user +
+    system time of the command and the descendants it waited for (every thread, every core)."""
     import tempfile
     fd, out = tempfile.mkstemp(prefix="ragbeam-rss-", suffix=".json")
     os.close(fd)
@@ -566,7 +579,8 @@ def peak_rss_mb(cmd: list[str], *, env: Optional[dict] = None, cwd: Optional[str
             r = json.load(f)
     finally:
         os.remove(out)
-    return int(r["rc"]), r["maxrss_kb"] / 1024.0, float(r["wall_s"])
+    return {"rc": int(r["rc"]), "peak_rss_mb": r["maxrss_kb"] / 1024.0, "wall_s": float(r["wall_s"]),
+            "cpu_s": float(r["cpu_s"])}
 
 
 # --- CLI ------------------------------------------------------------------------------------
