@@ -1,11 +1,14 @@
 """The answer job's first-stage search, timed per question, against a baseline in one run.
 
-python -m bench.search_bench [--chunks 250000] [--segment 250000] [--index DIR] [--questions 500]
+python -m bench.search_bench [--chunks 250000] [--segment 250000] [--corpus realistic|copies]
+                             [--index DIR] [--questions 500]
                              [--threads 1] [--baseline main] [--profile] [--out FILE]
 
-Searches out/search_bench/idx-<chunks>-<segment> (a bench/scale_data.py version with its
-segments, built once) or the live version of --index DIR, with the scale bench's questions or
---questions-file, embedded once outside the timings. Per code path (this tree's searcher, then
+Searches out/search_bench/<corpus>-<chunks>-<segment> (a synthetic version with its segments,
+built once: bench/scale_corpus.py's realistic text and real questions, or --corpus copies,
+bench/scale_data.py's repeated sample rows) or the live version of --index DIR; questions from
+--questions-file, the index's questions.jsonl or the sample rows' first sentences, embedded once
+outside the timings. Per code path (this tree's searcher, then
 --baseline REF's segment_search.py loaded from git, both under this tree's engine): CPU per
 question (time.process_time) by phase: open, search (dense, BM25, hits), gather, fuse, answer.
 Exits 1 when the two paths rank any question differently. Figures: docs/benchmarks.md.
@@ -38,19 +41,31 @@ def _cfg(segment: int, **env):
     return load_config(environ={"RAGBEAM__INDEX__SEGMENT_MAX_CHUNKS": str(segment), **env})
 
 
-def make_index(n: int, segment: int, log=print) -> str:
-    """out/search_bench/idx-<n>-<segment>/: a synthetic version with its segments (made once)."""
-    from bench.scale_data import make_source_rows, write_synthetic_version
+def make_index(n: int, segment: int, corpus: str = "realistic", data: Optional[str] = None, log=print) -> str:
+    """out/search_bench/<corpus>-<n>-<segment>/: a synthetic version with its segments (made once).
+    realistic: bench/scale_corpus.py (re-sampled dev-corpus text, real questions planted, their
+    file beside it as questions.jsonl); copies: bench/scale_data.py (the sample rows repeated)."""
     from pipelines.segments import rebuild_segments
     from transforms.index import publish
-    idx = os.path.join(WORK, f"idx-{n}-{segment}")
+    idx = os.path.join(WORK, f"{corpus}-{n}-{segment}" if corpus != "copies" else f"idx-{n}-{segment}")
     done = os.path.join(idx, "BUILT")
     if os.path.exists(done):
         return idx
     shutil.rmtree(idx, ignore_errors=True)
     name = f"v{n}"
-    log(f"search_bench: writing {n} synthetic chunks")
-    write_synthetic_version(make_source_rows(), os.path.join(idx, "versions", name), n, seed=0)
+    vdir = os.path.join(idx, "versions", name)
+    log(f"search_bench: writing {n} synthetic chunks ({corpus})")
+    if corpus == "copies":
+        from bench.scale_data import make_source_rows, write_synthetic_version
+        write_synthetic_version(make_source_rows(), vdir, n, seed=0)
+    else:
+        from pathlib import Path
+        from bench.scale_corpus import questions_for, write_realistic_version
+        from bench.scale_pool import build_pool
+        pool = build_pool(Path(data) if data else None)
+        got = write_realistic_version(pool, vdir, n, seed=0, questions=2000)
+        with open(os.path.join(idx, "questions.jsonl"), "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(q) + "\n" for q in questions_for(pool, got["gold"], 2000))
     with open(os.path.join(idx, "CURRENT"), "w", encoding="utf-8") as f:
         f.write(name + "\n")
     log(f"search_bench: building segments of {segment} chunks")
@@ -169,13 +184,15 @@ def run(a) -> dict:
     from transforms.query.engine import AnswerSide
     from transforms.query import segment_search
     from transforms.query.records import Question
-    idx = a.index or make_index(a.chunks, a.segment)
+    idx = a.index or make_index(a.chunks, a.segment, a.corpus, a.data)
     cfg = _cfg(a.segment)
+    qfile = a.questions_file or (os.path.join(idx, "questions.jsonl")
+                                 if os.path.exists(os.path.join(idx, "questions.jsonl")) else None)
     vdir = publish.resolve_index(idx)
     side = AnswerSide(vdir, cfg, model_spec_from_config(cfg))
     n_seg = min(len(side.segments), a.max_segments or len(side.segments))
     chunks = int(side.segments.offsets[n_seg])
-    texts = questions(a.questions, a.questions_file)
+    texts = questions(a.questions, qfile)
     qv = _query_vectors(side, texts)
     qn = qv / np.clip(np.linalg.norm(qv, axis=1, keepdims=True), 1e-12, None)
     prep = _Clock()
@@ -183,7 +200,8 @@ def run(a) -> dict:
     # the baseline first: a cold page cache would slow it, not this tree
     paths = ([(f"baseline {a.baseline}", baseline_module(a.baseline))] if a.baseline else []) + \
         [("this tree", segment_search)]
-    out = {"index": vdir, "chunks": chunks, "segments": n_seg, "questions": len(texts), "batch": a.batch,
+    out = {"index": vdir, "corpus": "given" if a.index else a.corpus, "chunks": chunks, "segments": n_seg,
+           "questions": len(texts), "batch": a.batch,
            "threads": a.threads, "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
            "analyze_cpu_ms_per_question": round(prep.cpu["analyze"] * 1000 / len(texts), 3), "paths": {}}
     got = {}
@@ -230,6 +248,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.search_bench", description=__doc__.splitlines()[0])
     ap.add_argument("--chunks", type=int, default=250_000)
     ap.add_argument("--segment", type=int, default=250_000, help="index.segment_max_chunks of the built index")
+    ap.add_argument("--corpus", choices=["realistic", "copies"], default="realistic",
+                    help="the built index's rows: bench/scale_corpus.py or bench/scale_data.py")
+    ap.add_argument("--data", help="the dev corpora the realistic corpus re-samples (default ../shared/data)")
     ap.add_argument("--index", help="search this index's live version instead of building one")
     ap.add_argument("--max-segments", type=int, help="search only the version's first N segments")
     ap.add_argument("--questions", type=int, default=500)
@@ -244,7 +265,7 @@ def main(argv=None) -> int:
     ap.add_argument("--build-only", action="store_true")
     a = ap.parse_args(argv)
     if a.build_only:
-        print(a.index or make_index(a.chunks, a.segment))
+        print(a.index or make_index(a.chunks, a.segment, a.corpus, a.data))
         return 0
     r = run(a)
     print(json.dumps(r, indent=1))
@@ -258,7 +279,7 @@ def main(argv=None) -> int:
             rows = json.load(f)
         r.pop("index")
         r.update(commit=_commit(), measured=time.strftime("%Y-%m-%d"))
-        shape = ("chunks", "segments", "questions", "threads", "blas_threads")
+        shape = ("corpus", "chunks", "segments", "questions", "threads", "blas_threads")
         write_json(a.out, [x for x in rows if any(x.get(k) != r.get(k) for k in shape)] + [r])
     return 0
 

@@ -3,7 +3,7 @@
     pip install --target /tmp/faiss faiss-cpu==1.15.1      # not a ragbeam dependency
     PYTHONPATH=.:/tmp/faiss python -m bench.studies.ann_faiss [--index DIR] [--segment 0]
 
-On one segment of a search_bench index (default out/search_bench/idx-1000000-250000): the
+On one segment of a search_bench index (default: its 1M-chunk one, 250k a segment): the
 HNSW build CPU (M 32, efConstruction 80, one thread), then per efSearch the search CPU per
 question for the top 58 (dense_top_n + MARGIN) and recall@10 against the exact top 10. Compare
 with search_bench's dense CPU per question per segment (the batched matrix product).
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import numpy as np
@@ -25,13 +26,16 @@ def main(argv=None) -> int:
     from transforms.query.engine import AnswerSide
     ap = argparse.ArgumentParser(prog="python -m bench.studies.ann_faiss", description=__doc__.splitlines()[0])
     ap.add_argument("--index")
+    ap.add_argument("--corpus", choices=["realistic", "copies"], default="realistic")
     ap.add_argument("--segment", type=int, default=0)
     ap.add_argument("--questions", type=int, default=500)
     ap.add_argument("--ef", default="64,128,256,512,1024")
     a = ap.parse_args(argv)
     cfg = _cfg(250_000)
-    side = AnswerSide(publish.resolve_index(a.index or make_index(1_000_000, 250_000)), cfg, model_spec_from_config(cfg))
-    texts = questions(a.questions)
+    idx = a.index or make_index(1_000_000, 250_000, a.corpus)
+    side = AnswerSide(publish.resolve_index(idx), cfg, model_spec_from_config(cfg))
+    qfile = os.path.join(idx, "questions.jsonl")
+    texts = questions(a.questions, qfile if os.path.exists(qfile) else None)
     qv = _query_vectors(side, texts)
     q = (qv / np.linalg.norm(qv, axis=1, keepdims=True)).astype(np.float32)
     v = np.ascontiguousarray(np.asarray(side.segments.segment(a.segment).vectors), dtype=np.float32)
