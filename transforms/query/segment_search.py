@@ -186,11 +186,12 @@ class SegmentSearcher:
         tids = [np.array(sorted(vocab[t] for t in ts if t in vocab), np.int64) for ts in terms]
         if tids:
             self.weigh(np.concatenate(tids))
-        d_rows = self.dense_top(q, dense_n + MARGIN, mask)
+        hidden = np.flatnonzero(~mask) if mask.ndim == 1 else None  # rows no question of the batch sees
+        d_rows = self.dense_top(q, dense_n + MARGIN, mask, hidden)
 
         def group(sl: slice) -> list[SegmentHits]:
             m = mask if mask.ndim == 1 else mask[sl]
-            bm = self.bm25_top(tids[sl], bm25_n, m, d_rows[sl])
+            bm = self.bm25_top(tids[sl], bm25_n, m, d_rows[sl], hidden)
             return self.hits(q[sl], d_rows[sl], bm, terms[sl], words[sl], dense_n, m)
         return [h for part in self._map(group, b) for h in part]
 
@@ -203,7 +204,7 @@ class SegmentSearcher:
         step = -(-b // ways)
         return list(_pool(self.threads).map(fn, [slice(lo, lo + step) for lo in range(0, b, step)]))
 
-    def dense_top(self, q: np.ndarray, k: int, mask: np.ndarray) -> np.ndarray:
+    def dense_top(self, q: np.ndarray, k: int, mask: np.ndarray, hidden: Optional[np.ndarray] = None) -> np.ndarray:
         """(b, k) local rows: each question's k best float32 cosines among its allowed rows
         (any order; -1 past the allowed rows). One matrix product per block of questions,
         straight off the memory-mapped float32 vectors (BLAS threads); the top k of each row
@@ -212,24 +213,28 @@ class SegmentSearcher:
         b = len(q)
         out = np.empty((b, k), np.int64)
         vt = np.asarray(self.vectors).T
-        every = mask.ndim == 1 and bool(mask.all())  # nothing to mask: skip the pass over the scores
+        if mask.ndim == 1 and hidden is None:
+            hidden = np.flatnonzero(~mask)
         step = max(1, _SCORE_BLOCK // max(self.n, 1))
         for lo in range(0, b, step):
             rows = slice(lo, lo + step)
             scores = q[rows] @ vt
-            if not every:
-                m = mask if mask.ndim == 1 else mask[rows]
-                np.copyto(scores, -np.inf, where=~m)
+            if mask.ndim == 2:
+                np.copyto(scores, -np.inf, where=~mask[rows])
+            elif len(hidden):
+                scores[:, hidden] = -np.inf
 
             def top(sl: slice, scores=scores, lo=lo) -> None:
                 out[lo + sl.start:lo + sl.stop] = top_rows(scores[sl], k)
             self._map(top, len(scores))
         return out
 
-    def bm25_top(self, tids: list[np.ndarray], top_n: int, mask: np.ndarray, d_rows: np.ndarray) -> list["_BM25Sums"]:
+    def bm25_top(self, tids: list[np.ndarray], top_n: int, mask: np.ndarray, d_rows: np.ndarray,
+                 hidden: Optional[np.ndarray] = None) -> list["_BM25Sums"]:
         """Per question: its top_n allowed rows by (-BM25, row), sorted by row, and the BM25 of
-        those and of its dense candidates (d_rows[j]) for the hits. Its terms are weighed."""
-        shared = np.flatnonzero(~mask) if mask.ndim == 1 else None  # the rows a question may not see
+        those and of its dense candidates (d_rows[j]) for the hits. Its terms are weighed;
+        hidden: the rows no question may see, when the mask is one for all."""
+        shared = (hidden if hidden is not None else np.flatnonzero(~mask)) if mask.ndim == 1 else None
         out = []
         for j, t in enumerate(tids):
             m, hidden = (mask, shared) if shared is not None else (mask[j], np.flatnonzero(~mask[j]))
