@@ -43,8 +43,8 @@ def _cfg(segment: int, **env):
 
 def make_index(n: int, segment: int, corpus: str = "realistic", data: Optional[str] = None, log=print) -> str:
     """out/search_bench/<corpus>-<n>-<segment>/: a synthetic version with its segments (made once).
-    realistic: bench/scale_corpus.py (re-sampled dev-corpus text, real questions planted, their
-    file beside it as questions.jsonl); copies: bench/scale_data.py (the sample rows repeated)."""
+    realistic: bench/scale_corpus.py (re-sampled dev-corpus text; the pool's real dev-set questions
+    beside it as questions.jsonl); copies: bench/scale_data.py (the sample rows repeated)."""
     from pipelines.segments import rebuild_segments
     from transforms.index import publish
     idx = os.path.join(WORK, f"{corpus}-{n}-{segment}" if corpus != "copies" else f"idx-{n}-{segment}")
@@ -60,12 +60,12 @@ def make_index(n: int, segment: int, corpus: str = "realistic", data: Optional[s
         write_synthetic_version(make_source_rows(), vdir, n, seed=0)
     else:
         from pathlib import Path
-        from bench.scale_corpus import questions_for, write_realistic_version
+        from bench.scale_corpus import write_realistic_version
         from bench.scale_pool import build_pool
         pool = build_pool(Path(data) if data else None)
-        got = write_realistic_version(pool, vdir, n, seed=0, questions=2000)
-        with open(os.path.join(idx, "questions.jsonl"), "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(q) + "\n" for q in questions_for(pool, got["gold"], 2000))
+        write_realistic_version(pool, vdir, n, seed=0)
+        with open(os.path.join(idx, "questions.jsonl"), "w", encoding="utf-8") as f:  # timing needs no gold
+            f.writelines(json.dumps({"id": q["id"], "question": q["question"]}) + "\n" for q in pool.questions)
     with open(os.path.join(idx, "CURRENT"), "w", encoding="utf-8") as f:
         f.write(name + "\n")
     log(f"search_bench: building segments of {segment} chunks")

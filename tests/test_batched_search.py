@@ -173,15 +173,21 @@ def test_batched_search_equals_brute_force_one_question_at_a_time(built, monkeyp
         assert g.word_df == one.word_df
 
 
-def test_term_weights_do_not_depend_on_which_terms_a_batch_weighs(built):
-    """Weights are computed per term on first use; weighing them all at once gives the same bytes."""
+@pytest.mark.parametrize("long_term,block", [(4096, 1 << 22), (1, 1 << 22), (5, 50)])
+def test_term_weights_do_not_depend_on_which_terms_a_batch_weighs(built, monkeypatch, long_term, block):
+    """Weights are computed per term on first use (rare terms gathered, frequent ones as slices,
+    in blocks); weighing them in parts gives the same bytes as weighing them all at once."""
+    from transforms.query import segment_search
     segs, _ = built
     (a,), _ = _searchers(segs[1])
     (b,), _ = _searchers(segs[1])
+    monkeypatch.setattr(segment_search, "_LONG_TERM", long_term)
+    monkeypatch.setattr(segment_search, "_POST_BLOCK", block)
     rng = np.random.default_rng(1)
     n_terms = len(a.post_ptr) - 1
     for part in np.array_split(rng.permutation(n_terms), 5):
         a.weigh(part)
+    monkeypatch.undo()
     b.weigh(np.arange(n_terms))
     assert a.post_w.tobytes() == b.post_w.tobytes()
     assert a.term_max.tobytes() == b.term_max.tobytes()

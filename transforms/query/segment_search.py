@@ -15,6 +15,7 @@ the smaller global number, which is chunk_id order in a version built whole.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
@@ -27,6 +28,7 @@ from transforms.query.retrieve import build_filter_mask
 MARGIN = 8  # extra dense rows re-scored in float64: float32 near-ties at the cut cannot drop one
 _SCORE_BLOCK = 1 << 25  # floats per (questions x rows) score block
 _POST_BLOCK = 1 << 22  # postings weighed at a time (bounds the float64 temporaries)
+_LONG_TERM = 4096  # postings from which a term is weighed as a slice, not gathered
 SPARSE_FRACTION = 16  # a question with fewer postings than n / this sums them sorted, else densely
 
 
@@ -72,34 +74,38 @@ class SegmentSearcher:
         self.post_w = np.zeros(len(self.post_doc), np.float32)  # zero pages: committed as terms are weighed
         self._weighed = np.zeros(n_terms, bool)
         self._term_max = np.zeros(n_terms, np.float64)
-        self._vocab: Optional[dict] = None
-        self._word_df: Optional[dict] = None
+        self._vocab: Optional[SortedStrings] = None
+        self._word_df: Optional[tuple] = None  # (SortedStrings of words, their df, dead rows' words)
         self._masks: dict[tuple, np.ndarray] = {}
         self._local = threading.local()  # a BM25 sum buffer per searching thread
 
     # --- lazily read: a batch pays for what it touches -------------------------------------
 
     @property
-    def vocab(self) -> dict:
+    def vocab(self) -> "SortedStrings":
         """term -> term id (row of the sorted vocabulary)."""
         if self._vocab is None:
-            terms = self.seg.terms().column("term").to_pylist()
-            self._vocab = {t: i for i, t in enumerate(terms)}
+            self._vocab = SortedStrings(self.seg.terms().column("term"))
         return self._vocab
 
-    @property
-    def word_df(self) -> dict:
-        """content word -> live chunks holding it (the answerer's lexical idf)."""
+    def word_counts(self, words: list[str]) -> dict:
+        """word -> live chunks holding it, for these content words (those some live chunk holds)."""
         if self._word_df is None:
-            words = self.seg.words()
-            wdf = dict(zip(words.column("word").to_pylist(), words.column("df").to_pylist()))
+            t = self.seg.words()
+            dead: Counter = Counter()
             if len(self._dead):  # the answerer's word df counts live chunks only
                 from transforms.common.words import content_words
                 for text in self.seg.rows.column("text").take(self._dead).to_pylist():
-                    for wd in content_words(text or ""):
-                        wdf[wd] -= 1
-            self._word_df = wdf
-        return self._word_df
+                    dead.update(content_words(text or ""))
+            self._word_df = (SortedStrings(t.column("word")), np.asarray(t.column("df")), dead)
+        index, df, dead = self._word_df
+        ids = index.ids(words)
+        out = {}
+        for w, i in zip(words, ids.tolist()):
+            c = (int(df[i]) if i >= 0 else 0) - dead.get(w, 0)
+            if c > 0:
+                out[w] = c
+        return out
 
     @property
     def term_max(self) -> np.ndarray:
@@ -115,8 +121,15 @@ class SegmentSearcher:
         if not len(t):
             return
         ptr = self.post_ptr
-        cut = np.flatnonzero(np.diff(t) != 1) + 1  # runs of consecutive ids: contiguous postings
-        for run in np.split(t, cut):
+        lens = ptr[t + 1] - ptr[t]
+        short, long_ = t[lens < _LONG_TERM], t[lens >= _LONG_TERM]
+        # rare terms gathered together (a slice each would cost more than its postings), in
+        # groups of about _POST_BLOCK postings
+        group = np.cumsum(lens[lens < _LONG_TERM]) // _POST_BLOCK
+        for g in np.unique(group):
+            self._weigh_terms(short[group == g])
+        cut = np.flatnonzero(np.diff(long_) != 1) + 1  # runs of consecutive ids: contiguous postings
+        for run in np.split(long_, cut) if len(long_) else []:
             i = 0
             while i < len(run):  # spans of at most _POST_BLOCK postings (a longer term alone)
                 fits = int(np.searchsorted(ptr[run[i] + 1:run[-1] + 2], ptr[run[i]] + _POST_BLOCK, side="right"))
@@ -125,21 +138,35 @@ class SegmentSearcher:
                 i = j
         self._weighed[t] = True
 
-    def _weigh_span(self, t0: int, t1: int) -> None:
-        """Weights of terms t0..t1 (consecutive ids, so one slice of the postings)."""
-        k1, ptr = self._k1, self.post_ptr
-        lo, hi = int(ptr[t0]), int(ptr[t1 + 1])
-        lens = np.diff(ptr[t0:t1 + 2])
-        docs = np.asarray(self.post_doc[lo:hi])
-        tf = np.asarray(self.seg.post_tf[lo:hi], np.float64)
-        blk = np.repeat(self._idf[t0:t1 + 1], lens) * tf * (k1 + 1) / (tf + self._norm[docs])
+    def _weigh_terms(self, t: np.ndarray) -> None:
+        """Weights of the postings of terms t (ids ascending), gathered."""
+        ptr = self.post_ptr
+        lens = ptr[t + 1] - ptr[t]
+        offs = _ranges(ptr[t], lens)
+        self._weigh_postings(offs, np.repeat(self._idf[t], lens), lens, t)
+
+    def _weigh_postings(self, offs, idf: np.ndarray, lens: np.ndarray, t: np.ndarray) -> None:
+        """post_w at offs (a slice or positions; idf per posting), and term_max of the terms t
+        whose postings, in order, they are (lens each)."""
+        k1 = self._k1
+        docs = np.asarray(self.post_doc[offs])
+        tf = np.asarray(self.seg.post_tf[offs], np.float64)
+        blk = idf * tf * (k1 + 1) / (tf + self._norm[docs])
         if len(self._dead):
             blk[~self.live[docs]] = 0.0  # a tombstoned row weighs nothing (and is masked out)
         w = blk.astype(np.float32)
-        self.post_w[lo:hi] = w
+        self.post_w[offs] = w
         has = lens > 0
         if has.any():
-            self._term_max[t0:t1 + 1][has] = np.maximum.reduceat(w, (ptr[t0:t1 + 1] - lo)[has])
+            starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+            self._term_max[t[has]] = np.maximum.reduceat(w, starts[has])
+
+    def _weigh_span(self, t0: int, t1: int) -> None:
+        """Weights of terms t0..t1 (consecutive ids, so one slice of the postings)."""
+        ptr = self.post_ptr
+        lens = np.diff(ptr[t0:t1 + 2])
+        self._weigh_postings(slice(int(ptr[t0]), int(ptr[t1 + 1])), np.repeat(self._idf[t0:t1 + 1], lens), lens,
+                             np.arange(t0, t1 + 1))
 
     def mask(self, acl_groups=None, filters=None) -> np.ndarray:
         """bool[n]: rows these access groups and metadata filters may see, tombstones excluded."""
@@ -182,8 +209,10 @@ class SegmentSearcher:
         q = np.asarray(qvecs, np.float32)
         b = len(q)
         mask = self._allowed(access or [(None, None)] * b, allowed)
-        vocab, _ = self.vocab, self.word_df  # read before any thread needs them
-        tids = [np.array(sorted(vocab[t] for t in ts if t in vocab), np.int64) for ts in terms]
+        distinct = sorted({t for ts in terms for t in ts})
+        id_of = dict(zip(distinct, self.vocab.ids(distinct).tolist()))  # -1: not in this segment
+        tids = [np.array(sorted(id_of[t] for t in ts if id_of[t] >= 0), np.int64) for ts in terms]
+        wdf = self.word_counts(sorted({w for ws in words for w in ws}))
         if tids:
             self.weigh(np.concatenate(tids))
         hidden = np.flatnonzero(~mask) if mask.ndim == 1 else None  # rows no question of the batch sees
@@ -192,7 +221,7 @@ class SegmentSearcher:
         def group(sl: slice) -> list[SegmentHits]:
             m = mask if mask.ndim == 1 else mask[sl]
             bm = self.bm25_top(tids[sl], bm25_n, m, d_rows[sl], hidden)
-            return self.hits(q[sl], d_rows[sl], bm, terms[sl], words[sl], dense_n, m)
+            return self.hits(q[sl], d_rows[sl], bm, terms[sl], words[sl], dense_n, m, id_of, wdf)
         return [h for part in self._map(group, b) for h in part]
 
     def _map(self, fn, b: int) -> list:
@@ -249,13 +278,12 @@ class SegmentSearcher:
         return buf
 
     def hits(self, q: np.ndarray, d_rows: np.ndarray, bm: list["_BM25Sums"], terms, words,
-             dense_n: int, mask: np.ndarray) -> list[SegmentHits]:
+             dense_n: int, mask: np.ndarray, id_of: dict, wdf_all: dict) -> list[SegmentHits]:
         """Each question's SegmentHits: its dense candidates re-scored in float64 and cut to
         dense_n by (-cosine, row), its BM25 top, both scores of every chunk in either."""
         out = []
         off = self.offset
-        vocab, tmax = self.vocab, self._term_max
-        wdf_all = self.word_df
+        tmax = self._term_max
         for j in range(len(q)):
             q64 = q[j].astype(np.float64)
             m = mask if mask.ndim == 1 else mask[j]
@@ -273,10 +301,64 @@ class SegmentSearcher:
             bscore = cbm[np.searchsorted(cand, br)]
             order = np.lexsort((br, -bscore))
             br, bscore = br[order], bscore[order]
-            tm = {t: float(tmax[vocab[t]]) for t in terms[j] if t in vocab and tmax[vocab[t]] > 0}
-            wdf = {w: wdf_all[w] for w in words[j] if wdf_all.get(w, 0) > 0}
+            tm = {t: float(tmax[id_of[t]]) for t in terms[j] if id_of[t] >= 0 and tmax[id_of[t]] > 0}
+            wdf = {w: wdf_all[w] for w in words[j] if w in wdf_all}
             out.append(SegmentHits(d + off, dcos, br + off, bscore, cand + off, ccos, cbm, tm, wdf))
         return out
+
+
+class SortedStrings:
+    """Row numbers in a sorted Arrow string column (a segment's vocabulary or words), found by
+    binary search over a fixed-width byte copy: opening it costs no Python object per row.
+    Strings longer than WIDTH bytes (a few per thousand) sit in a dict."""
+    WIDTH = 32
+
+    def __init__(self, col):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        arr = pc.cast(arr, pa.large_binary())
+        n = len(arr)
+        offs = np.frombuffer(arr.buffers()[1], np.int64, n + 1, arr.offset * 8)
+        data = np.frombuffer(arr.buffers()[2], np.uint8) if arr.buffers()[2] is not None else np.zeros(0, np.uint8)
+        lens = np.diff(offs)
+        short = lens <= self.WIDTH
+        self.rows = np.flatnonzero(short)
+        padded = np.concatenate([data[offs[0]:offs[-1]], np.zeros(self.WIDTH, np.uint8)])
+        windows = np.lib.stride_tricks.sliding_window_view(padded, self.WIDTH)
+        mat = windows[offs[:-1][self.rows] - offs[0]]  # each string's bytes and what follows it
+        mat[np.arange(self.WIDTH)[None, :] >= lens[self.rows][:, None]] = 0  # ... cut to its length
+        self.keys = np.ascontiguousarray(mat).view(f"S{self.WIDTH}").ravel()
+        self.long = {arr[int(i)].as_py().decode("utf-8"): int(i) for i in np.flatnonzero(~short)}
+
+    def ids(self, strings) -> np.ndarray:
+        """Row number of each string, -1 where absent."""
+        enc = [x.encode("utf-8") for x in strings]
+        out = np.full(len(enc), -1, np.int64)
+        if not enc:
+            return out
+        fits = np.array([len(e) <= self.WIDTH for e in enc], bool)
+        q = np.array([e if f else b"" for e, f in zip(enc, fits)], dtype=f"S{self.WIDTH}")
+        pos = np.clip(np.searchsorted(self.keys, q), 0, max(len(self.keys) - 1, 0))
+        if len(self.keys):
+            hit = fits & (self.keys[pos] == q) & (q != b"")
+            out[hit] = self.rows[pos[hit]]
+        for k in np.flatnonzero(~fits):
+            out[k] = self.long.get(strings[k], -1)
+        return out
+
+    def __getitem__(self, s: str) -> int:
+        i = int(self.ids([s])[0])
+        if i < 0:
+            raise KeyError(s)
+        return i
+
+    def __contains__(self, s: str) -> bool:
+        return int(self.ids([s])[0]) >= 0
+
+    def get(self, s: str, default=None):
+        i = int(self.ids([s])[0])
+        return default if i < 0 else i
 
 
 MIN_GROUP = 8  # questions per thread at least: fewer are not worth a hand-over
