@@ -209,6 +209,9 @@ class RetrieveConfig(_Strict):
     bm25_top_n: int = Field(50, ge=1, le=1000, description="BM25 candidates per question")
     mode: Literal["auto", "exact"] = Field("auto", description="dense search: every segment is searched "
                                            "exactly (auto = exact)")
+    search_threads: int = Field(0, ge=0, le=1024, description="threads that search one segment's question batch "
+                                "(top-k, BM25 sums, hits; the matrix product uses BLAS's own threads); 0: the "
+                                "worker's CPU count. Results do not depend on it")
     rrf_k: int = Field(60, ge=1, description="rrf: the rank constant")
     dense_weight: float = Field(1.0, ge=0, description="rrf: weight of the dense list")
     bm25_weight: float = Field(1.0, ge=0, description="rrf: weight of the BM25 list")

@@ -407,7 +407,8 @@ def open_searcher(segments, i: int, cfg):
     from transforms.query.segment_search import SegmentSearcher
     df, dead = segments.stats(i)
     return SegmentSearcher(segments.segment(i), int(segments.offsets[i]), df, dead, segments.num_docs,
-                           segments.avgdl, k1=cfg.retrieve.bm25_k1 or 1.2, b=cfg.retrieve.bm25_b or 0.75)
+                           segments.avgdl, k1=cfg.retrieve.bm25_k1 or 1.2, b=cfg.retrieve.bm25_b or 0.75,
+                           threads=cfg.retrieve.search_threads or os.cpu_count() or 1)
 
 
 class _GlobalMasks:
