@@ -7,7 +7,7 @@ INDEX   ?= out/index
 ANSWERS ?= out/answers.jsonl
 
 .PHONY: run test test-fast test-core test-flink models flink-setup demo-flink bench bench-check bench-quick bench-s3 bench-flink bench-nightly \
-        bench-eval bench-models bench-scale devsets answer-model docs install clean s3-up s3-down demo-s3 llm-setup
+        bench-eval bench-models bench-scale bench-search devsets answer-model docs install clean s3-up s3-down demo-s3 llm-setup
 
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -93,6 +93,11 @@ bench-quick: $(STAMP) llm-setup
 # Segmented index at 100k, 250k, 300k, 1M and 3M synthetic chunks (bench/scale_bench.py); bench/results/scale.{json,md}.
 bench-scale: $(STAMP)
 	$(BIN)/python -m bench.scale_bench
+
+# The answer job's first-stage search CPU per question against main's searcher, same rankings
+# (bench/search_bench.py; bench/results/search.json).
+bench-search: $(STAMP)
+	$(BIN)/python -m bench.search_bench
 
 bench-nightly: $(STAMP)
 	$(BIN)/python -m bench.nightly_cost
