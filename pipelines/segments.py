@@ -36,7 +36,7 @@ from transforms.index.segment_stats import read_dead_df, rows_dead_df, write_ver
 from transforms.index.segment_store import SegmentMismatch, segment_files, segment_uri
 from transforms.index.segment_build import BuildSegmentFn, SplitShardFn, shard_of
 from transforms.index.segments import (IDS_FILE, KEYS_FILE, META_FILE, SEGMENTS_DIR, Segment, SegmentCorrupt,
-                                       SegmentFormatError, analysis_fingerprint)
+                                       SegmentFormatError, analysis_fingerprint, ann_fingerprint_of, ann_spec)
 from transforms.index.shards import CHUNKS_DIR, shard_files
 
 PLAN_DIR = "_segments_plan"
@@ -141,6 +141,7 @@ def segment_version(index_dir: str, work_dir: str, out_dir: str, cfg, spec, live
     healthy: list[tuple[Segment, dict]] = []
     corrupt, stale = [], []
     analysis = analysis_fingerprint()
+    ann = ann_spec(cfg.index)
     for s in live_list:
         try:
             seg = _driver_segment(index_dir, s["id"], PLAN_FILES, s.get("meta_sha256"))
@@ -150,6 +151,12 @@ def segment_version(index_dir: str, work_dir: str, out_dir: str, cfg, spec, live
             continue
         if seg.meta.get("analysis") != analysis:  # terms or words of another analysis (or unrecorded): not reusable
             log(f"ragbeam index: segment {seg.id} was analysed by another tokenizer, stemmer or stopword list: "
+                "building its rows again")
+            stale.append(seg.id)
+            continue
+        if ann_fingerprint_of(seg.meta) != (ann.fingerprint() if ann else None):  # index.ann / hnsw_* changed
+            log(f"ragbeam index: segment {seg.id} was built with another ANN setting "
+                f"({ann_fingerprint_of(seg.meta) or 'no graph'}, now {ann.fingerprint() if ann else 'no graph'}): "
                 "building its rows again")
             stale.append(seg.id)
             continue
@@ -224,11 +231,11 @@ def segment_version(index_dir: str, work_dir: str, out_dir: str, cfg, spec, live
                 ({"plan": plans, "pieces": pieces}
                  | "PiecesPerSegment" >> beam.CoGroupByKey()
                  | "SpreadSegments" >> beam.Reshuffle()
-                 | "BuildSegment" >> beam.ParDo(BuildSegmentFn(index_dir, spec.namespace)))
+                 | "BuildSegment" >> beam.ParDo(BuildSegmentFn(index_dir, spec.namespace, ann)))
             else:
                 (p | "SegmentPlans" >> beam.Create(names).with_output_types(str)
                    | "SpreadSegments" >> beam.Reshuffle()
-                   | "BuildSegment" >> beam.ParDo(BuildSegmentFn(index_dir, spec.namespace)))
+                   | "BuildSegment" >> beam.ParDo(BuildSegmentFn(index_dir, spec.namespace, ann)))
         built = [json.loads(storage.read_text(n + ".done.json")) for n in names]
         storage.delete_tree(plan_dir)
         storage.delete_tree(pieces_dir)

@@ -1,7 +1,7 @@
 """Would approximate search pay? faiss HNSW against exact search on one segment.
 
-    pip install --target /tmp/faiss faiss-cpu==1.15.1      # not a ragbeam dependency
-    PYTHONPATH=.:/tmp/faiss python -m bench.studies.ann_faiss [--index DIR] [--segment 0]
+    (faiss-cpu is a ragbeam dependency now; index.ann: hnsw builds the graph with each segment)
+    python -m bench.studies.ann_faiss [--index DIR] [--segment 0]
 
 On one segment of a search_bench index (default: its 1M-chunk one, 250k a segment): the
 HNSW build CPU (M 32, efConstruction 80, one thread), then per efSearch the search CPU per

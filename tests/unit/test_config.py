@@ -168,7 +168,7 @@ def test_example_configs_name_the_variables_they_need():
 
 def test_hnsw_settings_of_older_configs_are_refused_with_what_became_of_them(tmp_path):
     from configs.schema import ConfigError, load_config
-    with pytest.raises(ConfigError, match=r"retrieve\.mode: Input should be 'auto' or 'exact' \(got 'hnsw'\)"):
+    with pytest.raises(ConfigError, match=r"retrieve\.mode: Input should be 'auto', 'exact' or 'ann' \(got 'hnsw'\)"):
         load_config(environ={"RAGBEAM__RETRIEVE__MODE": "hnsw"})
     old = tmp_path / "old.yaml"
     old.write_text("artifacts: {build: true, hnsw: {m: 16}, recall_sample: 200}\n")

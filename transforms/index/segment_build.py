@@ -142,8 +142,8 @@ def read_piece(uri: str) -> SegmentRows:
 class BuildSegmentFn(beam.DoFn):
     """plan file -> the segment it names, built on this worker and stored under INDEX/segments/."""
 
-    def __init__(self, index_dir: str, namespace: str):
-        self.index_dir, self.namespace = index_dir, namespace
+    def __init__(self, index_dir: str, namespace: str, ann=None):
+        self.index_dir, self.namespace, self.ann = index_dir, namespace, ann  # ann: segments.AnnSpec or None
         self.built = counter("segments_built")
 
     def process(self, element):
@@ -167,10 +167,10 @@ class BuildSegmentFn(beam.DoFn):
             raise RuntimeError(f"{plan_uri}: planned {item.chunks} chunks, found {rows.n}")
         if is_s3(self.index_dir):
             with tempfile.TemporaryDirectory(prefix="ragbeam-seg-") as d:
-                meta = write_segment(rows, d, self.namespace)
+                meta = write_segment(rows, d, self.namespace, ann=self.ann)
                 upload_segment(os.path.join(d, meta["id"]), self.index_dir, meta["id"])
         else:
-            meta = write_segment(rows, os.path.join(self.index_dir, SEGMENTS_DIR), self.namespace)
+            meta = write_segment(rows, os.path.join(self.index_dir, SEGMENTS_DIR), self.namespace, ann=self.ann)
             remember_verified(os.path.join(self.index_dir, SEGMENTS_DIR, meta["id"]))  # its sha256s are fresh
         # the driver reads the ids back, and the sha256 of the segment.json the index now holds
         # (an upload is skipped where the same id is already there, perhaps from an older build)

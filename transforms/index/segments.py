@@ -17,14 +17,16 @@ A segment is a directory `INDEX/segments/<segment id>/` that every version listi
   ids.arrow          the chunk_id column alone
   keys.arrow         its summary for the nightly: each document key (content_hash + doc_id) with the
                      local rows holding it, sorted by key (segments built before it have none)
+  hnsw.faiss         optional (index.ann: hnsw): faiss HNSW graph over vectors.npy, inner product,
+                     written without its vectors (the searcher attaches vectors.npy's)
   segment.json       id, counts, format and the sha256 of every file above; written last
 
 Corpus-wide statistics (BM25 df, N, average length) are not in a segment: they depend on
 every live segment of a version, so the version holds them (transforms/index/segment_stats.py).
 The id is content-derived: sha256 over the format, the model namespace, the analysis (BM25
-analyzer and content words: analysis_fingerprint) and every row's chunk_id and displayed values,
-so the same rows always give the same segment, and a changed tokenizer, stemmer or stopword list
-a new one.
+analyzer and content words: analysis_fingerprint), the ANN settings where a graph is built
+(AnnSpec.fingerprint) and every row's chunk_id and displayed values, so the same rows always give
+the same segment, and a changed tokenizer, stemmer, stopword list or graph setting a new one.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ import json
 import os
 import shutil
 from collections import Counter
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -56,6 +59,48 @@ _TABLES = ("rows", "terms", "words")
 IDS_FILE = "ids.arrow"  # the chunk_id column alone (older segments lack it)
 KEYS_FILE = "keys.arrow"  # document key -> local rows: what a nightly tombstones from (older segments lack it)
 ANALYZE_BLOCK = 20_000  # chunks analysed at a time: bounds the token lists held in Python
+ANN_FILE = "hnsw.faiss"  # optional HNSW graph (index.ann: hnsw), stored without its vectors
+ANN_FORMAT = "hnsw-v1"  # how the graph is built and stored; part of the segment id where a graph is built
+
+
+@dataclass(frozen=True)
+class AnnSpec:
+    """An approximate-search graph to build with a segment (index.ann: hnsw): faiss IndexHNSWFlat,
+    inner product over the unit vectors, built on one thread (the same rows give the same bytes)."""
+    m: int = 32
+    ef_construction: int = 80
+
+    def fingerprint(self) -> str:
+        return f"{ANN_FORMAT}:m{self.m}:efc{self.ef_construction}"
+
+
+def ann_spec(index_cfg) -> Optional[AnnSpec]:
+    """The AnnSpec an IndexConfig asks for (None: no graph, the default)."""
+    if getattr(index_cfg, "ann", "none") != "hnsw":
+        return None
+    return AnnSpec(int(index_cfg.hnsw_m), int(index_cfg.hnsw_ef_construction))
+
+
+def ann_fingerprint_of(meta: dict) -> Optional[str]:
+    """The AnnSpec fingerprint a segment was built with (None: no graph)."""
+    ann = meta.get("ann")
+    return ann.get("fingerprint") if isinstance(ann, dict) else None
+
+
+def build_hnsw(vectors: np.ndarray, spec: AnnSpec):
+    """The faiss HNSW graph of unit float32 vectors (one OpenMP thread while it builds)."""
+    import faiss
+    v = np.ascontiguousarray(vectors, dtype=np.float32)
+    index = faiss.IndexHNSWFlat(int(v.shape[1]), spec.m, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = spec.ef_construction
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        if len(v):
+            index.add(v)
+    finally:
+        faiss.omp_set_num_threads(before)
+    return index
 
 
 @dataclass
@@ -138,9 +183,11 @@ def analysis_fingerprint() -> str:
     return f"{analyzer_fingerprint(BM25_STEMMER)}.{content_words_fingerprint()}"
 
 
-def segment_id(rows: pa.Table, namespace: str) -> str:
-    """Content-derived: the same rows under the same model and analysis give the same id."""
-    h = hashlib.sha256(f"{SEGMENT_FORMAT}|{namespace}|{analysis_fingerprint()}\n".encode())
+def segment_id(rows: pa.Table, namespace: str, ann: Optional[AnnSpec] = None) -> str:
+    """Content-derived: the same rows under the same model, analysis and graph settings give the
+    same id (a segment without a graph keeps the id it had before graphs existed)."""
+    head = f"{SEGMENT_FORMAT}|{namespace}|{analysis_fingerprint()}" + (f"|{ann.fingerprint()}" if ann else "")
+    h = hashlib.sha256(f"{head}\n".encode())
     for lo in range(0, rows.num_rows, 10_000):  # a slice at a time: no Python copy of every row at once
         part = rows.slice(lo, 10_000)
         cols = [part.column(c).to_pylist() for c in ROW_COLUMNS]
@@ -206,13 +253,15 @@ def _word_df(rows: pa.Table) -> tuple[list[str], np.ndarray]:
     return words, np.array([df[w] for w in words], np.int32)
 
 
-def write_segment(seg: SegmentRows, segments_root: str, namespace: str, con=None) -> dict:
-    """Build the segment of `seg` under segments_root/<id>/ (a local dir) and return its meta.
+def write_segment(seg: SegmentRows, segments_root: str, namespace: str, con=None,
+                  ann: Optional[AnnSpec] = None) -> dict:
+    """Build the segment of `seg` under segments_root/<id>/ (a local dir) and return its meta;
+    with `ann`, its HNSW graph too (hnsw.faiss).
 
     An existing complete segment of the same id is left as it is (ids are content-derived).
     Written into a temp dir and renamed, segment.json last: readers see it whole or not at all."""
     import duckdb
-    sid = segment_id(seg.rows, namespace)
+    sid = segment_id(seg.rows, namespace, ann)
     final = os.path.join(segments_root, sid)
     if os.path.exists(os.path.join(final, META_FILE)):
         try:
@@ -242,6 +291,16 @@ def write_segment(seg: SegmentRows, segments_root: str, namespace: str, con=None
               "doc_len": doc_len}
     for name, a in arrays.items():
         np.save(os.path.join(tmp, name + ".npy"), a)
+    ann_meta = None
+    if ann is not None:
+        import faiss
+        t0 = time.process_time()
+        graph = build_hnsw(vec, ann)
+        faiss.write_index(graph, os.path.join(tmp, ANN_FILE), faiss.IO_FLAG_SKIP_STORAGE)
+        del graph
+        ann_meta = {"kind": "hnsw", "fingerprint": ann.fingerprint(), "file": ANN_FILE, "m": ann.m,
+                    "ef_construction": ann.ef_construction, "metric": "inner_product"}
+        build_cpu_s = round(time.process_time() - t0, 2)
     tables = {"rows": seg.rows,
               "terms": pa.table({"term": pa.array(list(terms), pa.string()), "df": pa.array(df, pa.int32())}),
               "words": pa.table({"word": pa.array(words, pa.string()), "df": pa.array(wdf, pa.int32())})}
@@ -260,6 +319,7 @@ def write_segment(seg: SegmentRows, segments_root: str, namespace: str, con=None
             "analysis": analysis_fingerprint(),
             "terms": len(terms), "postings": int(len(doc)), "sentences": int(len(seg.sent_start)),
             "total_len": int(doc_len.sum()),
+            **({"ann": ann_meta} if ann_meta else {}),
             "min_chunk_id": pc.min(ids).as_py() if seg.n else None,
             "max_chunk_id": pc.max(ids).as_py() if seg.n else None,
             "files": {f: _sha256(os.path.join(tmp, f)) for f in sorted(os.listdir(tmp))}}
@@ -274,6 +334,8 @@ def write_segment(seg: SegmentRows, segments_root: str, namespace: str, con=None
         shutil.rmtree(tmp, ignore_errors=True)
         if not os.path.exists(os.path.join(final, META_FILE)):
             raise
+    if ann_meta:  # what the build cost, for the caller (not in segment.json: that stays the same bytes)
+        meta = {**meta, "ann_build_cpu_s": build_cpu_s}
     return meta
 
 
@@ -379,6 +441,32 @@ class Segment:
         parent = pc.list_parent_indices(rows)
         keys = t.column("key").combine_chunks().take(parent)
         return keys.take(pa.array(np.argsort(flat, kind="stable")))
+
+    def has_ann(self) -> bool:
+        """The segment was built with an HNSW graph (index.ann: hnsw)."""
+        return ann_fingerprint_of(self.meta) is not None and ANN_FILE in self.meta.get("files", {})
+
+    def ann_index(self):
+        """Its faiss HNSW graph with this segment's vectors attached (a copy in faiss's memory),
+        or None for a segment built without one. A file faiss cannot read is SegmentCorrupt."""
+        if not self.has_ann():
+            return None
+        import faiss
+        path = os.path.join(self.dir, ANN_FILE)
+        try:
+            graph = faiss.read_index(path, faiss.IO_FLAG_SKIP_STORAGE)
+        except Exception as e:  # noqa: BLE001 (faiss raises RuntimeError for anything it cannot parse)
+            raise SegmentCorrupt(f"segment {self.id}: {path} unreadable ({_short(e)}); {REBUILD_HINT}") from None
+        dim = int(self.meta.get("dim") or self.vectors.shape[1])
+        if not isinstance(graph, faiss.IndexHNSW) or graph.ntotal != self.n or graph.d != dim:
+            raise SegmentCorrupt(f"segment {self.id}: {path} is not an HNSW graph of its {self.n} vectors; "
+                                 f"{REBUILD_HINT}")
+        flat = faiss.IndexFlatIP(dim)
+        if self.n:
+            flat.add(np.ascontiguousarray(self.vectors, dtype=np.float32))
+        graph.storage = flat
+        graph.referenced_objects = [flat]  # the graph does not own it: alive as long as the graph
+        return graph
 
     def terms(self) -> pa.Table:
         return _read_arrow(os.path.join(self.dir, "terms.arrow"))

@@ -408,7 +408,13 @@ def open_searcher(segments, i: int, cfg):
     df, dead = segments.stats(i)
     return SegmentSearcher(segments.segment(i), int(segments.offsets[i]), df, dead, segments.num_docs,
                            segments.avgdl, k1=cfg.retrieve.bm25_k1 or 1.2, b=cfg.retrieve.bm25_b or 0.75,
-                           threads=cfg.retrieve.search_threads or os.cpu_count() or 1)
+                           threads=cfg.retrieve.search_threads or os.cpu_count() or 1,
+                           ann_ef_search=ann_ef_search(cfg))
+
+
+def ann_ef_search(cfg) -> Optional[int]:
+    """The HNSW efSearch the first stage searches with (retrieve.mode ann), None for exact search."""
+    return cfg.retrieve.hnsw_ef_search if cfg.retrieve.mode == "ann" else None
 
 
 class _GlobalMasks:
