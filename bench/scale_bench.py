@@ -13,12 +13,17 @@ its own process, so its peak RSS and CPU (wait4: user + system, every thread) ar
            Beam segment pipeline on the in-process runner), from scratch
   answer   the answer job (pipelines.answer.run_answer: scatter/gather over the segments) on
            `--questions` questions; search CPU is the process CPU inside SegmentSearcher.search
-  nightly  (sizes in --nightly) a new version with 1% of the documents changed (a stand-in carry
-           rewriting the shards), segmented against the live one: reuse, tombstones, new segments
+  nightly  (sizes in --nightly) the WHOLE index job (pipelines.index.run_index, what `ragbeam
+           index` runs) on the corpus written as JSONL source files (out/scale/src-<n>/): a full
+           run into an empty index, then a nightly after the documents of ~1% of the files
+           changed; the model's forward pass is taken out of both by a pre-filled embedding cache
+           and measured apart (bench/scale_index_job.py)
 Full-build rows: chunks, segments, build_cpu_s, search_cpu_ms_per_question, answer_peak_rss_mb,
 distinct_terms (BM25 terms per segment, mean), recall_at_10, and the older figures; nightly rows:
-nightly, chunks, nightly_cpu_s, full_cpu_s, nightly_bytes_written, full_bytes_written and their
-parts. Written to --out (a list of rows) with a table beside it (.md); raw outputs under out/scale/.
+nightly, chunks, nightly_cpu_s, full_cpu_s (process CPU of each whole job), nightly_bytes_written,
+full_bytes_written (files each run created or changed in the index), their ratios,
+change_fraction, the jobs' counts, model_cpu_ms_per_chunk and peak RSS. Written to --out (a list
+of rows) with a table beside it (.md); raw outputs under out/scale/.
 """
 from __future__ import annotations
 
@@ -176,66 +181,24 @@ def _child_answer(a) -> dict:
             "recall_at_10": round(recall, 4) if judged else None, "recall_questions": judged}
 
 
-def _child_carry(a) -> dict:
-    """The nightly's shard step as the index job does it today (a new version whose unchanged
-    rows are copied into it, bench/scale_data.write_changed_version), or with --fraction 0 a
-    version's shards written whole (the full run's shard step, without parsing and embedding)."""
-    from bench.scale_data import dir_bytes, write_changed_version
-    from transforms.index import publish
-    shutil.rmtree(a.version, ignore_errors=True)
-    got = write_changed_version(publish.resolve_index(a.index), a.version, a.fraction)
-    return {"bytes": dir_bytes(a.version), "carried_chunks": got["carried_chunks"], "added": got["added"]}
-
-
-def _child_nightly(a) -> dict:
-    from pipelines.segments import segment_version
-    from transforms.index import publish
-    from transforms.ingest.embed import model_spec_from_config
-    cfg = _cfg(a.segment)
-    with open(os.path.join(publish.resolve_index(a.index), "manifest.json"), encoding="utf-8") as f:
-        live = json.load(f)
-    seg_root = os.path.join(a.index, "segments")
-    before = set(os.listdir(seg_root)) if os.path.isdir(seg_root) else set()
-    got = segment_version(a.index, a.version, a.version, cfg, model_spec_from_config(cfg), live,
-                          log=lambda *_: None)
-    new = [s["id"] for s in got["segments"] if s["id"] not in before]
-    return {"segments": len(got["segments"]), "nightly_artifact_s": got["artifact_s"],
-            "segment_bytes": _segment_bytes(a.index, new),
-            **{k: got["segment_plan"][k] for k in ("reused", "built", "merged", "tombstones")}}
-
-
-def _nightly_row(idx: str, n: int, a, b: dict, b_cpu: float, stamp: dict) -> dict:
-    """A 1% nightly against a full run. The segment step is the current code's; the shard step of
-    each is timed by its stand-in (_child_carry), not by the index job.
-    TODO: time the whole index job (pipelines.index.run_index on a changed input, every step) for
-    both. The index job's carry now lists the unchanged shared shards again and writes only the
-    changed rows and deletions (docs/nightly.md), but the synthetic corpus has no source files to
-    run it on (a full run would parse and embed every chunk), so the stand-in still rewrites every
-    unchanged row: the nightly figures overstate the nightly's shard step."""
-    res = os.path.join(WORK, "result.json")
-    new, whole = os.path.join(WORK, f"nightly-{n}"), os.path.join(WORK, f"whole-{n}")
-    c, _, c_cpu = _run_child(["carry", "--index", idx, "--version", new, "--fraction", "0.01"], res)
-    w, _, w_cpu = _run_child(["carry", "--index", idx, "--version", whole, "--fraction", "0"], res)
-    shutil.rmtree(whole, ignore_errors=True)
-    g, g_rss, g_cpu = _run_child(["nightly", "--index", idx, "--version", new, "--segment", str(a.segment)], res)
-    nightly_cpu, full_cpu = c_cpu + g_cpu, w_cpu + b_cpu
-    nightly_bytes, full_bytes = c["bytes"] + g["segment_bytes"], w["bytes"] + b["segment_bytes"]
-    return {"chunks": n, "segments": g["segments"], "segment_max_chunks": a.segment, "nightly": True,
-            "change_fraction": 0.01,
-            "nightly_cpu_s": round(nightly_cpu, 2), "full_cpu_s": round(full_cpu, 2),
-            "nightly_cpu_vs_full": round(nightly_cpu / full_cpu, 4),
-            "nightly_bytes_written": nightly_bytes, "full_bytes_written": full_bytes,
-            "nightly_bytes_vs_full": round(nightly_bytes / full_bytes, 4),
-            "nightly_carry_cpu_s": round(c_cpu, 2), "nightly_segments_cpu_s": round(g_cpu, 2),
-            "full_shards_cpu_s": round(w_cpu, 2), "full_segments_cpu_s": round(b_cpu, 2),
-            "nightly_artifact_s": g["nightly_artifact_s"], "build_peak_rss_mb": round(g_rss),
-            "full_artifact_s": b["artifact_s"], "nightly_vs_full": round(g["nightly_artifact_s"] / b["artifact_s"], 4),
-            **{k: g[k] for k in ("reused", "built", "merged", "tombstones")}, **stamp}
+def _nightly_row(n: int, pool, a, stamp: dict) -> dict:
+    """A 1% nightly against a full run, both the whole index job (pipelines.index.run_index on
+    real source files: listing, planning, reading, parsing, dedupe, chunking, contextualizing,
+    embedding from a pre-filled cache, shards, segments, publishing), each in its own process
+    (bench/scale_index_job.py)."""
+    from bench.scale_index_job import BYTES_PER_CHUNK as JOB_BYTES, measure
+    need, free = 1.2 * n * JOB_BYTES, shutil.disk_usage(WORK).free
+    if free < need:  # said, not silently dropped
+        return {"chunks": n, "nightly": True, "skipped": f"needs ~{need / 1e9:.0f} GB, {free / 1e9:.0f} GB free",
+                **stamp}
+    row = measure(n, pool, a.segment, _run_child, WORK, fraction=0.01, questions=int(a.questions),
+                  log=lambda *x: print(*x, file=sys.stderr, flush=True))
+    return {**row, **stamp}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.scale_bench", description=__doc__.splitlines()[0])
-    ap.add_argument("step", nargs="?", choices=["build", "answer", "carry", "nightly"], help=argparse.SUPPRESS)
+    ap.add_argument("step", nargs="?", choices=["build", "answer", "index", "model"], help=argparse.SUPPRESS)
     ap.add_argument("--sizes", default="100000,250000,300000,1000000,3000000", help="chunks, comma-separated")
     ap.add_argument("--segment", type=int, default=250_000)
     ap.add_argument("--questions", default="500")
@@ -246,14 +209,14 @@ def main(argv=None) -> int:
     ap.add_argument("--merge", action="store_true", help="keep --out's rows of the sizes not run now "
                     "(each row says when and at which commit it was measured)")
     ap.add_argument("--index", help=argparse.SUPPRESS)
-    ap.add_argument("--version", help=argparse.SUPPRESS)
-    ap.add_argument("--fraction", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--input", help=argparse.SUPPRESS)
     ap.add_argument("--gold", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.step:  # a child process
-        got = {"build": _child_build, "answer": _child_answer, "carry": _child_carry,
-               "nightly": _child_nightly}[a.step](a)
+        from bench.scale_index_job import child_index, child_model
+        got = {"build": _child_build, "answer": _child_answer, "index": child_index,
+               "model": child_model}[a.step](a)
         with open(a.result, "w", encoding="utf-8") as f:
             json.dump(got, f)
         return 0
@@ -287,7 +250,7 @@ def main(argv=None) -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
         if n in nightly:
-            rows.append(_nightly_row(idx, n, a, b, b_cpu, stamp))
+            rows.append(_nightly_row(n, pool, a, stamp))
             print(json.dumps(rows[-1]), flush=True)
         _write(a.out, sorted(kept + rows, key=lambda r: (r["chunks"], bool(r.get("nightly")))))
     return 0
@@ -351,7 +314,9 @@ def bench_scale_short(report, sizes=(20_000, 80_000), segment: int = 20_000, que
                       one["build_peak_rss_mb"], label))
     report.add(Figure(SECTION, f"answer q/s, {at}", many["answer_qps"], "q/s", one["answer_qps"], label))
     for r in rows:
-        if r.get("nightly"):
+        if r.get("nightly") and "skipped" not in r:
+            report.add(Figure(SECTION, f"nightly index job CPU, 1% of {r['chunks']:,} changed", r["nightly_cpu_s"],
+                              "s", r["full_cpu_s"], "full index job run of the same corpus"))
             report.add(Figure(SECTION, f"nightly artifact time, 1% of {r['chunks']:,} changed", r["nightly_artifact_s"],
                               "s", r["full_artifact_s"], "full segment build of the same version"))
     return rows
