@@ -89,8 +89,8 @@ bench-check: $(STAMP)
 bench-quick: $(STAMP) llm-setup
 	$(BIN)/python -m bench.run --quick
 
-# The nightly run's cost: full index of debian-docs, change 1%, re-index (about 40 min on 2 cores).
-# Segmented index at 100k, 250k, 300k, 1M and 3M synthetic chunks (bench/scale_bench.py); bench/results/scale.{json,md}.
+# Segmented index at 250k and 1M realistic synthetic chunks and a 1% nightly of the whole index job at 250k
+# (bench/scale_bench.py, about 40 min on 2 cores); bench/results/scale.{json,md}.
 bench-scale: $(STAMP)
 	$(BIN)/python -m bench.scale_bench
 
@@ -99,6 +99,7 @@ bench-scale: $(STAMP)
 bench-search: $(STAMP)
 	$(BIN)/python -m bench.search_bench
 
+# The nightly run's cost: full index of debian-docs, change 1%, re-index (about 40 min on 2 cores).
 bench-nightly: $(STAMP)
 	$(BIN)/python -m bench.nightly_cost
 

@@ -199,10 +199,10 @@ def _nightly_row(n: int, pool, a, stamp: dict) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.scale_bench", description=__doc__.splitlines()[0])
     ap.add_argument("step", nargs="?", choices=["build", "answer", "index", "model"], help=argparse.SUPPRESS)
-    ap.add_argument("--sizes", default="100000,250000,300000,1000000,3000000", help="chunks, comma-separated")
+    ap.add_argument("--sizes", default="250000,1000000", help="chunks, comma-separated")
     ap.add_argument("--segment", type=int, default=250_000)
     ap.add_argument("--questions", default="500")
-    ap.add_argument("--nightly", default="300000,1000000", help="sizes that also get a 1%% nightly ('' for none)")
+    ap.add_argument("--nightly", default="250000", help="sizes that also get a 1%% nightly ('' for none)")
     ap.add_argument("--data", help="the dev corpora the corpus is re-sampled from (default ../shared/data; "
                     "samples/corpus when they are missing)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "scale.json"))
