@@ -46,7 +46,7 @@ def cache_dir() -> Path:
 
 def server_binary() -> str:
     """RAGBEAM_LLAMA_SERVER, else the binary infra/llm/setup.sh cached."""
-    path = os.environ.get("RAGBEAM_LLAMA_SERVER") or str(cache_dir() / f"llama-server-{LLAMA_SDIST}" / "llama-server")
+    path = os.environ.get("RAGBEAM_LLAMA_SERVER") or str(cache_dir() / f"llama-server-{LLAMA_SDIST}-portable" / "llama-server")
     if not os.access(path, os.X_OK):
         raise FileNotFoundError(f"{path}: no llama-server; run `make llm-setup` (builds it once, ~20 min on "
                                 "2 cores) or set RAGBEAM_LLAMA_SERVER")

@@ -15,7 +15,9 @@ MODEL_WHEEL=0.1.2
 cache="${RAGBEAM_CACHE:-$HOME/.cache/ragbeam}/llm"
 py="$root/.venv/bin/python"; [ -x "$py" ] || py="$(command -v python3)"
 mkdir -p "$cache"
-bin="$cache/llama-server-$LLAMA_SDIST/llama-server"
+# -portable: built without -march=native (GGML_NATIVE=OFF: AVX2, FMA, F16C, BMI2), because a native
+# build on a CPU reporting AMX died with SIGILL at model load in a VM that does not enable AMX state
+bin="$cache/llama-server-$LLAMA_SDIST-portable/llama-server"
 
 if [ ! -x "$bin" ]; then
   tmp="$(mktemp -d "$cache/.build-XXXXXX")"
@@ -25,7 +27,7 @@ if [ ! -x "$bin" ]; then
   tar -xzf "$tmp/dl/llama_cpp_python-$LLAMA_SDIST.tar.gz" -C "$tmp"
   src="$tmp/llama_cpp_python-$LLAMA_SDIST/vendor/llama.cpp"
   echo "llm set-up: building llama-server (cmake, about 20 min on 2 cores; cached afterwards)" >&2
-  cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+  cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF \
     -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_HTML=OFF >"$tmp/cmake.log" 2>&1 || { tail -30 "$tmp/cmake.log" >&2; exit 1; }
