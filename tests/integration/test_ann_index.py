@@ -11,7 +11,6 @@ import pytest
 from tests.conftest import copy_corpus
 from tests.integration.test_segments import _cfg, _engine, _manifest, _records
 
-pytest.importorskip("faiss")
 
 
 def _ann(cfg, mode="ann", ef=4096):

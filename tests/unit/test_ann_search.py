@@ -14,7 +14,6 @@ import pytest
 
 from tests.unit.test_batched_search import ACCESS, DEAD, DIM, N, _analyse, _corpus
 
-pytest.importorskip("faiss")
 SPEC = dict(m=16, ef_construction=200)
 
 
