@@ -181,9 +181,12 @@ def run_fingerprint(cfg: Config, version_dir: str, qfile) -> dict:
     # the values in force: what the config leaves unset is the profile's fit, which a release may refit
     settings["retrieve"].update(fusion_alpha=cfg.fusion_alpha, fusion_alpha_min=cfg.fusion_alpha_min,
                                 fusion_norm=cfg.fusion_norm)
+    # the fitted model file: the selection's, or (answer.selection: rules) the one that gives the
+    # rules' answers their confidence; a refit changes the confidences of the answers it writes
+    fitted = cfg.answer_model if cfg.answer_model is not None else cfg.confidence_model
     settings["answer"].update(threshold=cfg.evidence_threshold, lexical_weight=cfg.lexical_weight,
                               evidence_model=cfg.evidence_model, max_sentences=cfg.max_sentences,
-                              answer_model=cfg.answer_model.digest if cfg.answer_model is not None else None)
+                              answer_model=fitted.digest if fitted is not None else None)
     return {**qfile.version(), "index_version": version_dir.rstrip("/").rsplit("/", 1)[-1],
             "settings": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]}
 

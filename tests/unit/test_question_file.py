@@ -69,12 +69,13 @@ def test_the_resume_fingerprint_holds_the_profiles_fit(tmp_path):
     model = tmp_path / "m.yaml"  # a refitted answer selection never reuses shards answered under the old one
     model.write_text("answer: {selection: model}\n")
     m = default_model()
-    before = run_fingerprint(load_config(str(model), environ={}), "/idx/versions/v1", q)
-    digest, m.digest = m.digest, "another fit"
-    try:
-        assert run_fingerprint(load_config(str(model), environ={}), "/idx/versions/v1", q) != before
-    finally:
-        m.digest = digest
+    for path in (model, cfgs[0]):  # the selection's model; the rules answers' confidence (the default)
+        before = run_fingerprint(load_config(str(path), environ={}), "/idx/versions/v1", q)
+        digest, m.digest = m.digest, "another fit"
+        try:
+            assert run_fingerprint(load_config(str(path), environ={}), "/idx/versions/v1", q) != before
+        finally:
+            m.digest = digest
 
 
 @pytest.mark.parametrize("name, message", [
