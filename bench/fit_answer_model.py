@@ -143,6 +143,8 @@ def main(argv=None) -> None:
                          "the rules' figures on the eval halves to the results file")
     args = ap.parse_args(argv)
     os.makedirs(args.cache, exist_ok=True)
+    if not (args.report_only or args.rules_only):
+        bootstrap_model_file(args.write)
     # the engine is opened without a model (the fit sets its own on the answerer)
     os.environ["RAGBEAM__ANSWER__SELECTION"] = "rules"
     cfg = load_config(None)
@@ -561,6 +563,20 @@ def rules_summary(sets: dict, answerers: dict, split: str = "eval") -> dict:
                      "words": round(M.mean(r["words"] for r in rows if r["ok"]), 2),
                      "auc_evidence_vs_right": _finite(M.auc(pos, neg))}
     return out
+
+
+def bootstrap_model_file(write: bool) -> None:
+    """The engine the fit opens loads the shipped model file; one fitted on other features (the
+    feature lists changed) is refused there. A full fit replaces it anyway, so with --write it is
+    first replaced by an unfitted model of the current features."""
+    try:
+        S.AnswerModel.load()
+    except ValueError as e:
+        if not write:
+            raise SystemExit(f"{e}; run with --write to refit it")
+        Path(S.MODEL_FILE).write_text(json.dumps(to_dict(blank_model()), indent=1) + "\n")
+        S.load_model.cache_clear()
+        print("the shipped model was fitted on other features: replaced by an unfitted one until this fit ends", flush=True)
 
 
 def to_dict(m: S.AnswerModel) -> dict:

@@ -134,3 +134,22 @@ def test_a_listwise_model_leads_with_the_best_sentence_and_page_score_among_thos
     sc0 = answerer(embedder, model=flat).fitted_scores(q, a.embedder.encode_queries([q])[0], COPY, None)
     z0 = sc0.sent_x @ m.sent_w
     assert sc0.lead == int(np.flatnonzero(ok)[np.argmax(z0[ok])])
+
+
+def test_confidence_features_are_crossed_with_the_chosen_pages_structure(embedder):
+    # a page whose chunks carry headings (HTML, man pages) gets its features a second time, and
+    # the structure flag; a flat record (JSONL, text) gets zeros there: fitted apart, measured
+    from transforms.query.selection import is_structured, rules_features
+    a = answerer(embedder)
+    q = "How do I copy a file?"
+    qv = embedder.encode_queries([q])[0]
+    text = "shutil.copy(src, dst) copies the file src to the file or directory dst."
+    n = len(CONFIDENCE_FEATURES) // 2
+    for heading, flag in ((("shutil", "Directory and files operations"), 1.0), ((), 0.0)):
+        sc = a.fitted_scores(q, qv, [cand(0, "d", text, 1, title="shutil", heading=heading)], None)
+        assert sc.conf_x[-1] == flag
+        assert np.array_equal(sc.conf_x[n:2 * n], sc.conf_x[:n] * flag)
+    flat, headed = cand(0, "d", text, 1), cand(1, "d", text, 2, heading=("shutil",))
+    assert is_structured([flat]) == 0.0 and is_structured([flat, headed]) == 1.0
+    x = rules_features("call", 0.8, [{"doc_id": "d"}], [flat, headed], {"d": 0.5}, ("prose", False, False, True, 2.0))
+    assert x[-1] == 1.0 and len(x) == len(default_model().rules_w)

@@ -76,7 +76,7 @@ def test_a_value_within_its_tolerance_passes(results_copy):
     _edit_json(results_copy, "bench/results/bench.json", lambda d: _bench_figure(
         d, "chunks embedded/s, index pipeline (1488 chunks)").update(ratio=0.70))  # 0.78x, 30% either way
     _edit_json(results_copy, "bench/results/answer_model.json",
-               lambda d: d["eval"]["squad"].update(gold_phrase=0.7455))  # 0.744 ± 0.002
+               lambda d: d["eval"]["squad"].update(gold_phrase=d["eval"]["squad"]["gold_phrase"] + 0.0015))  # ± 0.002
     assert not [line for f in EXPECTED for line in check.check_file(f, results_root=str(results_copy))]
 
 

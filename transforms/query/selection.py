@@ -57,16 +57,37 @@ SENT_DESCRIPTION = SENTENCE_FEATURES.index("description")
 
 # the confidence of the hand-weighted selection's answer (answer.selection: rules): what retrieval and
 # the rules' evidence say about the page the answer cites and its lead sentence
-RULES_CONFIDENCE_FEATURES = (
+def structure_crossed(names: tuple) -> tuple:
+    """Feature names crossed with the page's structure: each feature again on structured pages, and
+    the structure itself. A page is structured when its chunks carry section headings (HTML,
+    Markdown, man pages), flat when they do not (JSONL records, plain text): the same retrieval
+    scores say different things about an answer on the two (one weight set fitted on both was
+    under-confident on SQuAD's flat records and did not rank the documentation sets' answers)."""
+    return names + tuple(f"{n}_structured" for n in names) + ("structured",)
+
+
+def cross_structure(x: list, structured: float) -> np.ndarray:
+    """A feature row in structure_crossed order."""
+    return np.array(list(x) + [v * structured for v in x] + [structured], np.float64)
+
+
+def is_structured(cands: list) -> float:
+    """1.0 when any of these chunks (one page's) carries a section heading."""
+    return float(any(c.heading_path is not None and len(c.heading_path) > 0 for c in cands))
+
+
+_RULES_BASE = (
     "evidence", "best_chunk_cos", "best_cover", "cited_docs", "cited_inv_rank", "cited_is_top",
     "cited_log_chunks", "cited_cos", "cited_cover", "cited_title_share", "lead_code", "lead_table",
     "lead_nav", "lead_log_words",
 ) + tuple(f"form_{f}" for f in FORMS)
+RULES_CONFIDENCE_FEATURES = structure_crossed(_RULES_BASE)
 
-CONFIDENCE_FEATURES = (
+_CONFIDENCE_BASE = (
     "page_prob", "page_margin", "lead_prob", "best_chunk_cos", "best_cover", "sentence_evidence",
     "lead_cos", "lead_lex", "page_inv_rank", "page_title_share",
 ) + tuple(f"form_{f}" for f in FORMS)
+CONFIDENCE_FEATURES = structure_crossed(_CONFIDENCE_BASE)
 
 
 
@@ -173,13 +194,13 @@ def rules_features(form: str, evidence: float, citations: list, cands: list, tit
     mine = [(i, c) for i, c in enumerate(cands) if c.doc_id == doc]
     ranks = [int(c.rank or i + 1) for i, c in mine] or [len(cands) + 1]
     kind, term, nav, _, logw = lead_traits
-    return np.array([evidence, max((c.dense_cosine or 0.0) for c in cands) if cands else 0.0,
+    return cross_structure([evidence, max((c.dense_cosine or 0.0) for c in cands) if cands else 0.0,
                      max((c.bm25_coverage or 0.0) for c in cands) if cands else 0.0,
                      float(len(set(cited))), 1.0 / min(ranks), float(bool(cands) and cands[0].doc_id == doc),
                      float(np.log1p(len(mine))), max(((c.dense_cosine or 0.0) for _, c in mine), default=0.0),
                      max(((c.bm25_coverage or 0.0) for _, c in mine), default=0.0), title_share.get(doc, 0.0),
                      float(kind == "code" or term), float(kind in ("table", "params")), float(kind == "nav" or nav),
-                     logw] + form_onehot(form), np.float64)
+                     logw] + form_onehot(form), is_structured([c for _, c in mine]))
 
 
 @functools.lru_cache(maxsize=4)
@@ -297,11 +318,11 @@ def score_candidates(model: AnswerModel, form: str, qwords: set[str], cands: lis
             lead = int(on[np.argmax(sent_p[on])])
             out.lead = lead
             others = np.delete(page_p, best_page)
-            out.conf_x = np.array([page_p[best_page], page_p[best_page] - (others.max() if len(others) else 0.0),
-                                   sent_p[lead], px[best_page, 3], max(px[:, 4]),
-                                   float((cos + 0.5 * lex).max()), float(cos[lead]), float(lex[lead]),
-                                   px[best_page, 0], px[best_page, PAGE_FEATURES.index("title_share")]] + fo,
-                                  np.float64)
+            out.conf_x = cross_structure([page_p[best_page], page_p[best_page] - (others.max() if len(others) else 0.0),
+                                          sent_p[lead], px[best_page, 3], max(px[:, 4]),
+                                          float((cos + 0.5 * lex).max()), float(cos[lead]), float(lex[lead]),
+                                          px[best_page, 0], px[best_page, PAGE_FEATURES.index("title_share")]] + fo,
+                                         is_structured([cands[i] for i in np.flatnonzero(cand_page == best_page)]))
     return out
 
 
