@@ -98,8 +98,10 @@ def test_text_that_is_not_utf8_reads_as_cp1252(text):
         return  # valid UTF-8 is read as UTF-8
     except UnicodeDecodeError:
         pass
-    assert decode_document(data) == text
     assert decode_lenient(data) == text
+    from transforms.common.decode import bom_encoding
+    if bom_encoding(data) is None:  # "þÿ" is b"\xfe\xff", a UTF-16 byte order mark: the mark wins
+        assert decode_document(data) == text
 
 
 @SETTINGS
