@@ -524,3 +524,18 @@ def test_a_value_question_looked_up_in_a_table_is_answered_by_its_row_under_its_
                  ("What is the octal code of the ASCII character A?", {**params, "form_filter": False})]:
         rec, = SentenceAnswerer(embedder, None, SentenceParams(**p)).answer([q], [[table, name]])
         assert "Char: " not in rec.answer, (q, rec.answer)  # the whole table may be picked, no lookup
+
+
+def test_cross_references_and_navigation_never_answer(embedder):
+    # the rules' selection: a "See ..." pointer or a table of contents' line scores high on the
+    # question's own words, but it never answers; retrieved alone, the answer is "not found"
+    q = "How do I cache method calls?"
+    see = cand(1, "See How do I cache method calls? in the FAQ.", "Programming FAQ › Contents", "faq", 1)
+    toc = cand(2, "How do I cache method calls? ........ 12", "Programming FAQ › Contents", "faq", 2)
+    body = cand(3, "functools.cache decorates a method so that repeated calls with the same arguments "
+                   "return the stored result.", "functools › cache", "functools", 3)
+    ans = SentenceAnswerer(embedder, max_sentences=2, threshold=-1.0)
+    with_body, alone = ans.answer([q, q], [[see, toc, body], [see, toc]])
+    assert with_body.status == "answered" and "functools.cache" in with_body.answer
+    assert "See How" not in with_body.answer and "....." not in with_body.answer
+    assert alone.status == "not_found" and alone.answer == EXTRACTIVE_NOT_FOUND

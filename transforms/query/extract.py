@@ -29,7 +29,7 @@ from transforms.query.conflicts import find_conflicts
 from transforms.query.records import Candidate
 from transforms.query.rerank import VectorCache, candidate_sentences
 from transforms.ingest.sentvec import SentenceStore
-from transforms.query.selection import SENT_DESCRIPTION
+from transforms.query.selection import SENT_DESCRIPTION, points_elsewhere
 
 _YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})s?\b")
 _MONTH = re.compile(r"\b(january|february|march|april|may|june|july|august|september|october|november|december)\b", re.I)
@@ -542,7 +542,9 @@ class SentenceAnswerer:
             fits = np.array([kind_fits(sentence_kind(s), form) for _, s in flat])
             if fits.any():  # never set every sentence aside
                 score = np.where(fits, score, _SET_ASIDE)
-        return flat, score, mat
+        # navigation and "See ..." cross-references never answer, whatever else is retrieved
+        pointers = np.array([points_elsewhere(sentence_traits(s)) for _, s in flat])
+        return flat, np.where(pointers, _SET_ASIDE, score), mat
 
     def select(self, flat, score: np.ndarray, mat: np.ndarray, question: Optional[str] = None,
                described: Optional[np.ndarray] = None) -> list[int]:
@@ -774,6 +776,8 @@ class SentenceAnswerer:
                 flat, score, mat = self.score(question, qv, cands, cache, sentences=(flat, cos, mat))
                 top = np.array([ci < n_top for ci, _ in flat], bool)
                 score = np.where(top | described, score, _SET_ASIDE)
+        if float(score.max()) <= _SET_ASIDE:  # nothing retrieved may answer (navigation alone)
+            return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found", evidence_score=evidence)
         picked = self.select(flat, score, mat, question, described)
         pairs = self.table_lookup(self.lead_term([flat[i] for i in picked], cands, question),
                                   flat, score, n_top, question)

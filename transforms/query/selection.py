@@ -221,6 +221,13 @@ def form_onehot(form: str) -> list[float]:
     return [float(form == f) for f in FORMS]
 
 
+def points_elsewhere(traits: tuple) -> bool:
+    """Navigation, a "See ..." cross-reference, a table of contents' line or a wordless fragment
+    (extract.sentence_traits): it may be retrieved, but it never answers."""
+    kind, _, see, _, _ = traits
+    return kind == "nav" or see
+
+
 def share(qwords: set[str], words: set[str]) -> float:
     return len(qwords & words) / len(qwords) if qwords else 0.0
 
@@ -260,7 +267,7 @@ def score_candidates(model: AnswerModel, form: str, qwords: set[str], cands: lis
     cand_page = np.array([doc_index[c.doc_id] for c in cands], np.int64)
     page_of = np.array([cand_page[ci] for ci, _ in flat], np.int64) if n else np.zeros(0, np.int64)
     kinds = [t[0] for t in traits]
-    nav = np.array([k == "nav" or t[2] for k, t in zip(kinds, traits)], np.float64)
+    nav = np.array([points_elsewhere(t) for t in traits], np.float64)
     code = np.array([k == "code" or t[1] for k, t in zip(kinds, traits)], np.float64)
     cand_head_share = np.array([share(qwords, w) for w in head_words], np.float64)
     best_sent_all = float(cos.max()) if n else 0.0
