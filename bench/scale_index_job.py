@@ -191,10 +191,9 @@ class CachePrefill:
 
     def flush(self) -> None:
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         from bench.scale_data import _fixed_array, _sentence_array
-        from transforms.ingest.embed_cache import cache_schema
+        from transforms.ingest.embed_cache import ARROW_SUFFIX, cache_schema, write_arrow_file
         if not self.entries:
             return
         dim = self.spec.dim
@@ -208,8 +207,9 @@ class CachePrefill:
                           "sentence_starts": starts, "sentence_ends": ends,
                           "sentence_vectors": _sentence_array(flat, counts, np.ones(len(keys), bool), dim)})
         os.makedirs(self.cache_dir, exist_ok=True)
-        path = os.path.join(self.cache_dir, f"{PREFILL_PREFIX}{self.tag}-{len(self.files):05d}.parquet")
-        pq.write_table(table.cast(cache_schema(dim)), path)
+        # the form the job's own commits write (a Parquet file would be rewritten by the next run)
+        path = os.path.join(self.cache_dir, f"{PREFILL_PREFIX}{self.tag}-{len(self.files):05d}{ARROW_SUFFIX}")
+        write_arrow_file([table.cast(cache_schema(dim))], path, dim)
         self.files.append(path)
         self.entries = []
 

@@ -36,7 +36,8 @@ from transforms.ingest.contextualize import Contextualize, ContextualizeFn, cont
 from transforms.ingest.dedupe import (NEAR_DUPLICATES, SIGNATURES, DedupeByContent, DedupeDocuments,
                                       NearDedupeDocuments)
 from transforms.ingest.embed import EmbedChunks, EmbedChunksFn, ModelSpec, model_spec_from_config
-from transforms.ingest.embed_cache import NEW_ENTRIES_DIR, cache_schema, commit_new_entries, namespace_dir
+from transforms.ingest.embed_cache import (NEW_ENTRIES_DIR, cache_schema, commit_new_entries, convert_parquet_files,
+                                          namespace_dir)
 from transforms.index import shard_store
 from transforms.index.incremental import (SOURCES_READ_DIR, Plan as IndexPlan, list_version_shards, load_live,
                                           make_plan, processing_key, write_sources_and_carry)
@@ -298,6 +299,9 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
     version = publish.new_version_name()
     publish.clear_staging(index_dir)
     cache_dir = namespace_dir(index_dir, spec.namespace)
+    converted = convert_parquet_files(cache_dir)  # a cache of an earlier version: memory-mappable from now on
+    if converted:
+        log(f"ragbeam index: rewrote {converted} embedding cache file(s) of an earlier version as .arrow")
     recover_cache_entries(index_dir)
     out_dir = publish.staging_dir(index_dir, version)  # the workers write here (local dir or S3 prefix)
     work_dir = os.path.join(scratch, "staging", version) if remote else out_dir  # the driver works here

@@ -127,7 +127,8 @@ def test_killed_runs_leave_the_live_version_answering(tmp_path, test_config):
     assert run.returncode == -9
     assert publish.current_version(str(index_dir)) != live
     killed_version = publish.current_version(str(index_dir))
-    cached = lambda: {p.stem.rsplit("-", 1)[0] for p in Path(index_dir, "cache").rglob("*.parquet")}  # noqa: E731
+    cache = Path(index_dir, "cache", "embeddings")
+    cached = lambda: {p.stem.rsplit("-", 1)[0] for p in cache.rglob("*.arrow")}  # noqa: E731
     assert killed_version not in cached()
     assert _index_cmd(src, index_dir).returncode == 0
     assert killed_version in cached()  # the killed run's published vectors joined the cache
@@ -191,3 +192,32 @@ def test_carried_chunks_are_the_live_rows_with_their_new_paths(tmp_path, test_co
     for name in new:
         path = shard_store.shard_uri(str(index_dir), "chunks", name)
         assert pq.read_schema(path).equals(pq.read_schema(tmp_path / "empty.parquet")), name
+
+
+def test_a_parquet_cache_of_an_earlier_version_is_rewritten_and_hit(tmp_path, test_config):
+    """A cache written before .arrow files (Parquet, no key_h64) is rewritten by the next run
+    before its pipeline starts, and the unchanged chunks of a changed file come from it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.conftest import copy_corpus
+    from transforms.ingest.embed_cache import KEY_HASH
+
+    src = copy_corpus(tmp_path / "src", TINY)
+    index_dir = tmp_path / "index"
+    assert run_index(test_config, str(src), str(index_dir), progress=False, log=quiet)["balanced"]
+    arrows = sorted(Path(index_dir, "cache", "embeddings").rglob("*.arrow"))
+    assert arrows
+    for p in arrows:  # as an earlier version left them
+        with pa.memory_map(str(p), "r") as source:
+            t = pa.ipc.open_file(source).read_all().drop_columns([KEY_HASH])
+        pq.write_table(t, p.with_suffix(".parquet"))
+        p.unlink()
+    changed = src / "nodejs/api/punycode.md"
+    changed.write_text(changed.read_text() + "\n\n## Added tonight\n\nA new paragraph.\n")
+    logs = []
+    second = run_index(test_config, str(src), str(index_dir), progress=False, log=logs.append)
+    assert second["balanced"] and second["cache_hits"] > 0 and second["embedded"] < second["chunks"]
+    assert any(f"rewrote {len(arrows)} embedding cache file(s)" in line for line in logs), logs
+    assert not list(Path(index_dir, "cache").rglob("*.parquet"))
+    assert {p.stem for p in arrows} < {p.stem for p in Path(index_dir, "cache", "embeddings").rglob("*.arrow")}
