@@ -143,8 +143,8 @@ def main(argv=None) -> None:
                          "the rules' figures on the eval halves to the results file")
     args = ap.parse_args(argv)
     os.makedirs(args.cache, exist_ok=True)
-    if not (args.report_only or args.rules_only):
-        bootstrap_model_file(args.write)
+    if not args.report_only:
+        bootstrap_model_file(args.write, whole_fit=not args.rules_only)
     # the engine is opened without a model (the fit sets its own on the answerer)
     os.environ["RAGBEAM__ANSWER__SELECTION"] = "rules"
     cfg = load_config(None)
@@ -565,18 +565,28 @@ def rules_summary(sets: dict, answerers: dict, split: str = "eval") -> dict:
     return out
 
 
-def bootstrap_model_file(write: bool) -> None:
+def bootstrap_model_file(write: bool, whole_fit: bool) -> None:
     """The engine the fit opens loads the shipped model file; one fitted on other features (the
-    feature lists changed) is refused there. A full fit replaces it anyway, so with --write it is
-    first replaced by an unfitted model of the current features."""
+    feature lists changed) is refused there. What this fit refits anyway is dropped first (with
+    --write): the rules' confidence alone (--rules-only), or the whole model (an unfitted one)."""
     try:
         S.AnswerModel.load()
+        return
     except ValueError as e:
         if not write:
             raise SystemExit(f"{e}; run with --write to refit it")
-        Path(S.MODEL_FILE).write_text(json.dumps(to_dict(blank_model()), indent=1) + "\n")
-        S.load_model.cache_clear()
-        print("the shipped model was fitted on other features: replaced by an unfitted one until this fit ends", flush=True)
+        stale = e
+    d = json.loads(Path(S.MODEL_FILE).read_text())
+    d.pop("rules_confidence", None)
+    try:
+        S.AnswerModel.from_dict(d)
+    except ValueError:
+        if not whole_fit:
+            raise SystemExit(f"{stale}; the selection's parts are stale too: refit the whole model") from None
+        d = to_dict(blank_model())
+    Path(S.MODEL_FILE).write_text(json.dumps(d, indent=1) + "\n")
+    S.load_model.cache_clear()
+    print("the shipped model was fitted on other features: its stale parts are dropped until this fit ends", flush=True)
 
 
 def to_dict(m: S.AnswerModel) -> dict:

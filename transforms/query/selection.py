@@ -80,6 +80,9 @@ _RULES_BASE = (
     "evidence", "best_chunk_cos", "best_cover", "cited_docs", "cited_inv_rank", "cited_is_top",
     "cited_log_chunks", "cited_cos", "cited_cover", "cited_title_share", "lead_code", "lead_table",
     "lead_nav", "lead_log_words",
+    # how concentrated retrieval is on the cited page: its share of the first 10 chunks, the pages
+    # among them, an answer citing several pages, the cosine's drop from the first chunk to the fifth
+    "cited_top10_share", "log_pages_top10", "cites_several", "cos_drop5",
 ) + tuple(f"form_{f}" for f in FORMS)
 RULES_CONFIDENCE_FEATURES = structure_crossed(_RULES_BASE)
 
@@ -200,7 +203,16 @@ def rules_features(form: str, evidence: float, citations: list, cands: list, tit
                      float(np.log1p(len(mine))), max(((c.dense_cosine or 0.0) for _, c in mine), default=0.0),
                      max(((c.bm25_coverage or 0.0) for _, c in mine), default=0.0), title_share.get(doc, 0.0),
                      float(kind == "code" or term), float(kind in ("table", "params")), float(kind == "nav" or nav),
-                     logw] + form_onehot(form), is_structured([c for _, c in mine]))
+                     logw, *concentration(doc, cited, cands)] + form_onehot(form), is_structured([c for _, c in mine]))
+
+
+def concentration(doc, cited: list, cands: list) -> list[float]:
+    """cited_top10_share, log_pages_top10, cites_several, cos_drop5 (RULES_CONFIDENCE_FEATURES)."""
+    top = [c.doc_id for c in cands[:10]]
+    if not top:
+        return [0.0, 0.0, float(len(set(cited)) > 1), 0.0]
+    cos = [c.dense_cosine or 0.0 for c in cands[:5]]
+    return [top.count(doc) / 10, float(np.log(len(set(top)))), float(len(set(cited)) > 1), cos[0] - cos[-1]]
 
 
 @functools.lru_cache(maxsize=4)
