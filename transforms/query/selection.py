@@ -316,6 +316,9 @@ def score_candidates(model: AnswerModel, form: str, qwords: set[str], cands: lis
         first = i == 0 or flat[i - 1][0] != ci
         after_term = (not first) and traits[i - 1][1] and not term
         description = float(bool(described[i]) or after_term)
+        # a definition is read with its term: the description of json.dumps(...) names json.dumps
+        # as much as the signature line does ("Serialize obj to a JSON formatted str.")
+        ident = ident or bool(description)
         row = [float(cos[i]), float(cos[i]) - best_sent_all, float(lex[i]), float(call_lex[i]), float(type_hit[i]),
                1.0 / int(cands[ci].rank or ci + 1), float(first), logw, float(term), description, float(see),
                float(ident), float(cand_head_share[ci]), float(page_p[page_of[i]]),
