@@ -55,8 +55,6 @@ SENTENCE_FEATURES = (
 
 SENT_DESCRIPTION = SENTENCE_FEATURES.index("description")
 
-# the confidence of the hand-weighted selection's answer (answer.selection: rules): what retrieval and
-# the rules' evidence say about the page the answer cites and its lead sentence
 def structure_crossed(names: tuple) -> tuple:
     """Feature names crossed with the page's structure: each feature again on structured pages, and
     the structure itself. A page is structured when its chunks carry section headings (HTML,
@@ -76,6 +74,8 @@ def is_structured(cands: list) -> float:
     return float(any(c.heading_path is not None and len(c.heading_path) > 0 for c in cands))
 
 
+# the confidence of the hand-weighted selection's answer (answer.selection: rules): what retrieval and
+# the rules' evidence say about the page the answer cites and its lead sentence
 _RULES_BASE = (
     "evidence", "best_chunk_cos", "best_cover", "cited_docs", "cited_inv_rank", "cited_is_top",
     "cited_log_chunks", "cited_cos", "cited_cover", "cited_title_share", "lead_code", "lead_table",
