@@ -55,6 +55,7 @@ SENTENCE_FEATURES = (
 
 SENT_DESCRIPTION = SENTENCE_FEATURES.index("description")
 
+
 def structure_crossed(names: tuple) -> tuple:
     """Feature names crossed with the page's structure: each feature again on structured pages, and
     the structure itself. A page is structured when its chunks carry section headings (HTML,
