@@ -8,7 +8,7 @@ chunk, 20k entries a file). From the repository root:
 Measured 2026-12-06 (2 cores, shared): old 8,338-8,778 MB peak RSS, new 155 MB (35 MB anonymous);
 with --full (every entry looked up once) 11.4 s against 2.5 s, load included.
 """
-import importlib.util, json, os, resource, subprocess, sys, time
+import importlib.util, json, os, subprocess, sys, time
 import numpy as np
 
 OLD_COMMIT = "275e382"  # the last commit whose cache was loaded whole
@@ -93,13 +93,12 @@ def child(which, directory, n, lookups, full):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.getcwd())  # this worktree, not the editable install the venv points at
+    sys.path.insert(0, os.getcwd())  # this checkout, not the editable install the venv points at
     if sys.argv[1] == "--child":
         child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1")
         sys.exit(0)
     data, n = sys.argv[1], int(sys.argv[2])
     full = "--full" in sys.argv
-    sys.path.insert(0, os.getcwd())
     pdir, adir = make(data, n)
     if "--make-only" in sys.argv:
         sys.exit(0)
