@@ -167,7 +167,7 @@ def main(argv=None) -> None:
             report[split] = summarize(rows, m)
             report[f"reliability_{split}"] = reliability(rows, m)
         report["eval_threshold_off"] = summarize(model_rows(sets, answerers, m, "eval"), replace(m, threshold=-1.0))
-        report["rules_eval"] = rules_summary(sets, answerers)
+        report["rules_eval"] = rules_summary(sets, answerers, model=m)
         print(json.dumps({k: report[k] for k in ("eval", "reliability_eval")}, indent=1), flush=True)
         write_json(args.results, report)
         return
@@ -175,7 +175,7 @@ def main(argv=None) -> None:
         m = S.AnswerModel.load()
         fit_rules_confidence(sets, answerers, m, weights_per_set({k: v["tune"] for k, v in sets.items()}))
         report = json.loads(Path(args.results).read_text())
-        report["rules_eval"] = rules_summary(sets, answerers)
+        report["rules_eval"] = rules_summary(sets, answerers, model=m)
         report["rules_confidence_eval"] = rules_calibration_report(sets, answerers, m)
         report["model"] = to_dict(m)
         print(json.dumps(report["rules_confidence_eval"], indent=1), flush=True)
@@ -268,7 +268,7 @@ def main(argv=None) -> None:
     for name in sets:
         answerers[name].p.threshold = m.threshold
     report = {"model": to_dict(m), "sentence_features_on_tune": tried_cols, "compositions_on_tune": tried, "thresholds_on_tune": table,
-              "rules_eval": rules_summary(sets, answerers), "tune": summarize(answer_rows("tune", m, compose), m),
+              "rules_eval": rules_summary(sets, answerers, model=m), "tune": summarize(answer_rows("tune", m, compose), m),
               "eval": summarize(answer_rows("eval", m, compose), m)}
     for split in ("tune", "eval"):
         report[f"reliability_{split}"] = reliability(answer_rows(split, m, compose), m)
@@ -478,7 +478,7 @@ def rules_rows(sets: dict, answerers: dict, split: str, model=None) -> list[dict
                         continue
                     cited = [c["doc_id"] for c in r.citations]
                     rows.append({"set": name, "hidden": key == "uhead", "conf": r.confidence, "answered": True,
-                                 "x": a.rules_features(q["text"], r, list(q[key][:a.p.read_chunks])),
+                                 "x": a.rules_features(q["text"], r, list(q[key][:a.p.read_chunks]), q["qv"]),
                                  "right": key == "head" and right(r.answer, cited, q)})
         finally:
             a.p.answer_model, a.p.confidence_model, a.p.threshold = saved
@@ -488,7 +488,7 @@ def rules_rows(sets: dict, answerers: dict, split: str, model=None) -> list[dict
 def fit_rules_confidence(sets: dict, answerers: dict, m, wset: dict) -> None:
     """The rules answers' confidence: logistic regression over RULES_CONFIDENCE_FEATURES on the tune
     halves' answered questions (normal and gold hidden), isotonic calibration on out-of-fold predictions."""
-    rows = rules_rows(sets, answerers, "tune")
+    rows = rules_rows(sets, answerers, "tune", m)  # m's page model chooses the page (answer.page_first)
     X = np.array([r["x"] for r in rows])
     Y = np.array([r["right"] for r in rows])
     W = np.array([wset[r["set"]] for r in rows])
@@ -533,19 +533,21 @@ def _finite(x: float):
     return round(float(x), 4) if np.isfinite(x) else None
 
 
-def rules_summary(sets: dict, answerers: dict, split: str = "eval") -> dict:
+def rules_summary(sets: dict, answerers: dict, split: str = "eval", model=None) -> dict:
     """The same figures for the hand-weighted selection (answer.selection: rules) on the same
-    cached retrieval, its evidence_score standing for a confidence (AUC only: it is not calibrated)."""
+    cached retrieval, its evidence_score standing for a confidence (AUC only: it is not calibrated);
+    `model`: the fitted model whose page model chooses the page (answer.page_first), else the shipped one."""
     out = {}
     for name, qs in sets.items():
         a = answerers[name]
-        saved = (a.p.answer_model, a.p.threshold)
+        saved = (a.p.answer_model, a.p.confidence_model, a.p.threshold)
         a.p.answer_model, a.p.threshold = None, a.rules_threshold
+        a.p.confidence_model = model or a.p.confidence_model
         try:
             res = a.answer([q["text"] for q in qs[split]], [q["head"] for q in qs[split]],
                            qvecs=np.stack([q["qv"] for q in qs[split]]))
         finally:
-            a.p.answer_model, a.p.threshold = saved
+            a.p.answer_model, a.p.confidence_model, a.p.threshold = saved
         rows = []
         for q, r in zip(qs[split], res):
             cited = [c["doc_id"] for c in r.citations]

@@ -283,6 +283,9 @@ class AnswerConfig(_Strict):
                              "rules on the dev sets' answers so far, docs/answering.md)")
     read_chunks: int = Field(20, ge=1, le=200, description="selection model: the chunks of the ranked list whose "
                              "pages and sentences are scored")
+    page_first: bool = Field(True, description="selection rules: choose the page first, by the fitted model's page "
+                             "and sentence scores over the read_chunks (the evidence of all its retrieved chunks), "
+                             "then pick the sentences from that page's chunks by the rules")
     evidence: Literal["model", "sentence"] = Field(
         "model", description="model: the probability that the chunks answer the question (a logistic model over "
                              "sentence and retrieval scores, fitted per embedding profile); sentence: the best sentence "

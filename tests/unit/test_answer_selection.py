@@ -153,3 +153,25 @@ def test_confidence_features_are_crossed_with_the_chosen_pages_structure(embedde
     assert is_structured([flat]) == 0.0 and is_structured([flat, headed]) == 1.0
     x = rules_features("call", 0.8, [{"doc_id": "d"}], [flat, headed], {"d": 0.5}, ("prose", False, False, True, 2.0))
     assert x[-1] == 1.0 and len(x) == len(default_model().rules_w)
+
+
+def test_rules_with_a_page_first_pick_sentences_from_the_page_the_model_chooses(embedder):
+    # the rules read the head of the list (top_chunks); with page_first the fitted model first
+    # chooses a page from all of the read list's chunks and the rules answer from that page's chunks
+    q = "How do I copy an object?"
+    glossary = cand(0, "glossary", "Objects are Python's abstraction for data.", 1, "Data model", ["Objects"],
+                    cos=0.45, cover=0.2)
+    read = [glossary] + [replace(c, rank=c.rank + 1) for c in COPY[1:]]
+
+    def rules(page_first):
+        return SentenceAnswerer(embedder, None, SentenceParams(
+            max_sentences=2, threshold=-1.0, top_chunks=2, read_chunks=20, call_chunks=0,
+            confidence_model=default_model(), page_first=page_first))
+    qv = embedder.encode_queries([q])[0]
+    sc = rules(True).fitted_scores(q, qv, read, None, model=default_model())
+    assert sc.docs[sc.best_page] == "copy"  # beyond the rules' head of two chunks
+    plain, first = rules(False).answer([q], [read])[0], rules(True).answer([q], [read])[0]
+    assert {c["doc_id"] for c in plain.citations} == {"glossary"}
+    assert first.status == "answered" and {c["doc_id"] for c in first.citations} == {"copy"}
+    # "not found" is still decided by the head's evidence: the same as without the page first
+    assert first.evidence_score == pytest.approx(plain.evidence_score)

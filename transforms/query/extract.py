@@ -350,6 +350,9 @@ class SentenceParams:
     read_chunks: int = 20  # with answer_model: the read list's chunks whose pages and sentences are scored
     # with the hand-weighted selection: the model whose rules calibration gives each answer a confidence
     confidence_model: Optional[object] = None
+    # with the hand-weighted selection and confidence_model: the page is chosen first, by that
+    # model's page and sentence scores over the read list, and the rules pick sentences from it
+    page_first: bool = False
 
 
 _SET_ASIDE = -1e9  # the score of a sentence that may not answer this question
@@ -384,7 +387,13 @@ class SentenceAnswerer:
             more = [list(c[p.top_chunks:p.call_chunks]) if p.call_chunks and question_form(q) == "call" else []
                     for q, c in zip(questions, candidates)]
         need, alone = [], []
-        for q, cands in zip(questions, [t + m for t, m in zip(tops, more)]):
+        rules_model = p.answer_model is None and p.confidence_model is not None
+        page_first = p.page_first and rules_model
+        # the fitted model's page scores (a page chosen first, the rules' confidence) read the read
+        # list, and a call question's further chunks
+        reads = [list(c[:max(p.read_chunks, len(t) + len(m))]) for c, t, m in zip(candidates, tops, more)] \
+            if rules_model else [t + m for t, m in zip(tops, more)]
+        for q, cands in zip(questions, reads):
             for c in cands:  # sentences of chunks the index has no vectors for
                 if not self._stored(c):
                     need.extend(candidate_sentences(c))
@@ -400,17 +409,42 @@ class SentenceAnswerer:
         out = []
         for q, qv, cands, extra, read in zip(questions, qvecs, tops, more, candidates):
             try:
-                res = self._answer_one(q, np.asarray(qv, np.float32), cands, cache, extra)
+                head, sc = None, None
+                if page_first:
+                    head = cands
+                    cands, extra, sc = self.page_chunks(q, np.asarray(qv, np.float32), list(read), cache, cands, extra)
+                res = self._answer_one(q, np.asarray(qv, np.float32), cands, cache, extra, head)
                 if p.answer_model is None and p.confidence_model is not None and res.status == "answered":
-                    res.confidence = self.rules_confidence(q, res, list(read[:p.read_chunks]))
+                    res.confidence = self.rules_confidence(q, res, list(read[:p.read_chunks]), qv, cache, sc)
                 out.append(res)
             except Exception as e:  # one bad record must not sink the batch
                 out.append(AnswerResult("", "error", error=f"{type(e).__name__}: {e}"))
         return out
 
-    def rules_features(self, question: str, res: AnswerResult, read: list[Candidate]) -> np.ndarray:
-        """selection.RULES_CONFIDENCE_FEATURES of a rules answer over the head of its ranked list."""
+    def page_chunks(self, question: str, qv: np.ndarray, read: list[Candidate], cache, tops: list[Candidate],
+                    more: list[Candidate]) -> tuple[list[Candidate], list[Candidate], object]:
+        """A page before its sentences, for the hand-weighted selection: the page the fitted model
+        (confidence_model) chooses from the evidence of all its chunks in the read list, and that
+        page's chunks in the places the rules read (`tops`, `more`: the head, and a call
+        question's further definitions), unchanged when the model chooses no page; and the model's
+        scores (selection.Scored)."""
+        p = self.p
+        head = read[:p.read_chunks]
+        sc = self.fitted_scores(question, qv, head, cache, model=p.confidence_model)
+        if sc.best_page is None:
+            return tops, more, sc
+        page = sc.docs[sc.best_page]
+        mine = [c for c in head if c.doc_id == page][:p.top_chunks]
+        further = [c for c in read[:p.call_chunks] if c.doc_id == page and c not in mine] if more else []
+        return mine, further, sc
+
+    def rules_features(self, question: str, res: AnswerResult, read: list[Candidate], qv: np.ndarray,
+                       cache=None, sc=None) -> np.ndarray:
+        """selection.RULES_CONFIDENCE_FEATURES of a rules answer over the head of its ranked list;
+        `sc`: the fitted model's scores of that list when already made (a page chosen first)."""
         from transforms.query.selection import rules_features
+        if sc is None:
+            sc = self.fitted_scores(question, np.asarray(qv, np.float32), read, cache, model=self.p.confidence_model)
         qwords = content_words(question)
         shares: dict = {}
         for c in read:
@@ -418,11 +452,12 @@ class SentenceAnswerer:
                 shares[c.doc_id] = len(qwords & heading_words(c)) / len(qwords) if qwords else 0.0
         lead = (res.citations[0].get("quote") if res.citations else None) or res.answer
         return rules_features(question_form(question), float(res.evidence_score), res.citations, read, shares,
-                              sentence_traits(str(lead)))
+                              sentence_traits(str(lead)), dict(zip(sc.docs, map(float, sc.page_p))))
 
-    def rules_confidence(self, question: str, res: AnswerResult, read: list[Candidate]) -> Optional[float]:
+    def rules_confidence(self, question: str, res: AnswerResult, read: list[Candidate], qv: np.ndarray,
+                         cache=None, sc=None) -> Optional[float]:
         """The calibrated probability that a rules answer is right (selection.AnswerModel)."""
-        return self.p.confidence_model.rules_confidence(self.rules_features(question, res, read))
+        return self.p.confidence_model.rules_confidence(self.rules_features(question, res, read, qv, cache, sc))
 
     def set_idf(self, texts) -> None:
         """Weigh the lexical term by inverse document frequency over `texts` (the chunks)."""
@@ -677,8 +712,9 @@ class SentenceAnswerer:
                            (t in heads and (t in prefixes or any(h in cwords for h in heads[t]))))
         return lex / total, loose / total
 
-    def fitted_scores(self, question: str, qv: np.ndarray, cands: list[Candidate], cache):
-        """selection.Scored for one question's read candidates under the fitted model."""
+    def fitted_scores(self, question: str, qv: np.ndarray, cands: list[Candidate], cache, model=None):
+        """selection.Scored for one question's read candidates under the fitted model (`model`, else
+        answer_model)."""
         from transforms.query.selection import score_candidates
         if cache is None and not all(self._stored(c) for c in cands):  # sentences the index holds no vectors for
             cache = VectorCache()
@@ -691,7 +727,7 @@ class SentenceAnswerer:
         described = definitions(flat, cands) if flat else np.zeros(0, bool)
         traits = [sentence_traits(s) for _, s in flat]
         head_words = [heading_words(c) for c in cands]
-        return score_candidates(self.p.answer_model, question_form(question), qw, cands, flat,
+        return score_candidates(model or self.p.answer_model, question_form(question), qw, cands, flat,
                                 cos, mat, lex, loose, type_hit, described, traits, head_words)
 
     def _answer_fitted(self, question: str, qv: np.ndarray, cands: list[Candidate], cache) -> AnswerResult:
@@ -747,14 +783,24 @@ class SentenceAnswerer:
                             evidence_score=evidence, confidence=confidence)
 
     def _answer_one(self, question: str, qv: np.ndarray, cands: list[Candidate], cache,
-                    extra: Optional[list[Candidate]] = None) -> AnswerResult:
+                    extra: Optional[list[Candidate]] = None, head: Optional[list[Candidate]] = None) -> AnswerResult:
+        """`head`: the chunks whose evidence decides "not found" when they are not `cands` (a page
+        chosen first: its chunks answer, the head of the list says whether anything does)."""
         if self.p.answer_model is not None:
             return self._answer_fitted(question, qv, cands + list(extra or []), cache)
-        flat, score, mat = self.score(question, qv, cands, cache)
+        if head is not None and head != cands:
+            hflat, hscore, _ = self.score(question, qv, head, cache)
+            if not hflat:
+                return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found")
+            evidence = self.evidence(self._evidence if self._evidence is not None else float(hscore.max()), head)
+            flat, score, mat = self.score(question, qv, cands, cache)
+        else:
+            flat, score, mat = self.score(question, qv, cands, cache)
+            if not flat:
+                return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found")
+            evidence = self.evidence(self._evidence if self._evidence is not None else float(score.max()), cands)
         if not flat:
-            return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found")
-        evidence = self._evidence if self._evidence is not None else float(score.max())
-        evidence = self.evidence(evidence, cands)
+            return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found", evidence_score=evidence)
         if evidence < self.p.threshold:
             return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found", evidence_score=evidence)
         n_top = len(cands)  # the top chunks; extra ones are read for definitions only

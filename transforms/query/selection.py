@@ -84,6 +84,8 @@ _RULES_BASE = (
     # how concentrated retrieval is on the cited page: its share of the first 10 chunks, the pages
     # among them, an answer citing several pages, the cosine's drop from the first chunk to the fifth
     "cited_top10_share", "log_pages_top10", "cites_several", "cos_drop5",
+    # what the fitted page model says of the cited page: its probability, and its margin over the best other page
+    "cited_page_prob", "cited_page_margin",
 ) + tuple(f"form_{f}" for f in FORMS)
 RULES_CONFIDENCE_FEATURES = structure_crossed(_RULES_BASE)
 
@@ -188,11 +190,12 @@ def _rules_part(m: dict, path: str) -> dict:
 
 
 def rules_features(form: str, evidence: float, citations: list, cands: list, title_share: dict,
-                   lead_traits: tuple) -> np.ndarray:
+                   lead_traits: tuple, page_probs: Optional[dict] = None) -> np.ndarray:
     """RULES_CONFIDENCE_FEATURES of one rules answer: its evidence, the best retrieval scores, and
     the cited page's (the first citation's) rank, retrieved chunks, scores and title words;
     `title_share`: doc_id -> share of the question's words in its title and headings;
-    `lead_traits`: extract.sentence_traits of the lead sentence."""
+    `lead_traits`: extract.sentence_traits of the lead sentence; `page_probs`: doc_id -> the
+    fitted page model's probability (none: 0)."""
     cited = [c.get("doc_id") for c in citations]
     doc = cited[0] if cited else None
     mine = [(i, c) for i, c in enumerate(cands) if c.doc_id == doc]
@@ -204,7 +207,15 @@ def rules_features(form: str, evidence: float, citations: list, cands: list, tit
                      float(np.log1p(len(mine))), max(((c.dense_cosine or 0.0) for _, c in mine), default=0.0),
                      max(((c.bm25_coverage or 0.0) for _, c in mine), default=0.0), title_share.get(doc, 0.0),
                      float(kind == "code" or term), float(kind in ("table", "params")), float(kind == "nav" or nav),
-                     logw, *concentration(doc, cited, cands)] + form_onehot(form), is_structured([c for _, c in mine]))
+                     logw, *concentration(doc, cited, cands), *page_evidence(doc, page_probs or {})] + form_onehot(form),
+                     is_structured([c for _, c in mine]))
+
+
+def page_evidence(doc, page_probs: dict) -> list[float]:
+    """cited_page_prob, cited_page_margin (RULES_CONFIDENCE_FEATURES)."""
+    mine = page_probs.get(doc, 0.0)
+    others = [v for d, v in page_probs.items() if d != doc]
+    return [mine, mine - max(others, default=0.0)]
 
 
 def concentration(doc, cited: list, cands: list) -> list[float]:
