@@ -501,18 +501,29 @@ def cluster_with_live(element: tuple[str, dict], settings: NearDupSettings = Nea
 
 
 def read_live_signatures(uri: str, exclude_hashes: frozenset = frozenset(),
-                         settings: NearDupSettings = NearDupSettings()):
+                         settings: NearDupSettings = NearDupSettings(), exclude_docs: frozenset = frozenset(),
+                         deletions: Optional[dict] = None):
     """One Parquet shard of the live version's signatures table -> (acl_key, (doc_id, sig bytes,
     representative, source_hash)) rows comparable under `settings`, leaving out documents whose
-    file is re-processed or gone in this run (`exclude_hashes`)."""
+    file is re-processed or gone in this run (`exclude_hashes`) and the near-duplicate members
+    checked again (`exclude_docs`). A shared shard (transforms/index/shard_store.py) lists its
+    deleted rows in the version's deletions file (`deletions`: uri -> (that file, shard name)):
+    they are left out."""
     import io
 
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     from transforms.common import storage
     table = pq.read_table(io.BytesIO(storage.read_bytes(uri)))
+    if deletions and uri in deletions:
+        from transforms.index.shard_store import row_keys
+        path, name = deletions[uri]
+        dead = pq.read_table(io.BytesIO(storage.read_bytes(path)), filters=[("shard", "=", name)], columns=["key"])
+        table = table.filter(pc.invert(pc.is_in(row_keys("signatures", table), value_set=dead.column("key").combine_chunks())))
     for row in table.to_pylist():
-        if row["signature_id"] != settings.signature_id or row["source_hash"] in exclude_hashes:
+        if (row["signature_id"] != settings.signature_id or row["source_hash"] in exclude_hashes
+                or row["doc_id"] in exclude_docs):
             continue
         yield row["acl_key"], (row["doc_id"], row["signature"], row["representative"], row["source_hash"])
 
