@@ -219,6 +219,12 @@ def attach_members(docs: list, member_uris: list) -> list:
     return [dataclasses.replace(d, source_uris=sorted(set(_uris(d)) | set(extra))) for d in docs]
 
 
+def _band_keys_of(element, settings):
+    """(acl_key, (doc_id, signature bytes, source_hash)) -> the signature's LSH band keys."""
+    from transforms.ingest.neardup import band_keys, signature_from_bytes
+    return band_keys(signature_from_bytes(element[1][1])[None, :], settings)[0]
+
+
 class _SignFn(StageFn):
     """Document -> (acl_key, (doc_id, signature bytes, source_hash)) for clustering, and
     (doc_id, (acl_key, signature bytes)) tagged BY_DOC; nothing for texts too short to judge."""
@@ -287,10 +293,20 @@ class NearDedupeDocuments(beam.PTransform):
         from transforms.ingest.neardup import cluster_with_live, read_live_signatures
         settings = self.settings
         signed = docs | "Sign" >> beam.ParDo(_SignFn(settings)).with_outputs(_SignFn.BY_DOC, main="by_acl")
-        live = (docs.pipeline
-                | "LiveSignatureFiles" >> beam.Create(self.live_files).with_output_types(str)
-                | "ReadLiveSignatures" >> beam.FlatMap(read_live_signatures, self.exclude, settings,
-                                                         self.exclude_docs, self.deletions))
+        # Only the live rows match_against_index can look at: those sharing an LSH band with a
+        # new document, then the representatives of those (read_live_signatures)
+        bands = beam.pvalue.AsList(signed.by_acl | "NewBandKeys" >> beam.Map(_band_keys_of, settings))
+        files = (docs.pipeline
+                 | "LiveSignatureFiles" >> beam.Create(self.live_files).with_output_types(str))
+        candidates = files | "ReadLiveCandidates" >> beam.FlatMap(
+            read_live_signatures, self.exclude, settings, self.exclude_docs, self.deletions, bands)
+        reps = beam.pvalue.AsList(
+            candidates
+            | "CandidateRepresentatives" >> beam.FlatMap(lambda kv: [kv[1][2]] if kv[1][2] else [])
+            | "DistinctRepresentatives" >> beam.Distinct())
+        wanted = files | "ReadLiveRepresentatives" >> beam.FlatMap(
+            read_live_signatures, self.exclude, settings, self.exclude_docs, self.deletions, bands, reps)
+        live = (candidates, wanted) | "LiveRows" >> beam.Flatten()
         near = ({"new": signed.by_acl, "live": live}
                 | "GroupByAcl" >> beam.CoGroupByKey()
                 | "Cluster" >> beam.FlatMap(cluster_with_live, settings))
