@@ -275,6 +275,9 @@ def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = Non
     # documents the pipeline kept as the live version holds them (files re-read only for the
     # near-duplicate members in them): carried one by one, with their file's paths
     kept_hashes = {k.split(KEY_SEP, 1)[0] for k in pc.unique(kept_keys).to_pylist()} & set(copies)
+    if len(kept_keys):  # (a file no longer listed under that hash keeps nothing)
+        kept_keys = kept_keys.filter(pc.is_in(pc.list_element(pc.split_pattern(kept_keys, KEY_SEP, max_splits=1), 0),
+                                              value_set=pa.array(sorted(kept_hashes), pa.string())))
     with_paths = carried | kept_hashes
     uris_of = {h: sorted(c[0] for c in copies[h]) for h in with_paths}
     rep_of = {h: representative(copies[h]) for h in with_paths}
