@@ -20,7 +20,8 @@ is refused). What the model would have cost is measured apart (model_cpu_ms_per_
 stage function's forward pass and sentence pooling on real chunks of the corpus) and scales with
 the chunks embedded: all of them in a full run, the changed files' in a nightly.
 Bytes written: the files a run created or changed under the index folder (path, size, mtime,
-inode compared before and after; the pre-filled cache files are in the "before" walk).
+inode compared before and after; the pre-filled cache files are in the "before" walk); the
+nightly's also per area (nightly_bytes_by_area: shards/<table>, segments, versions/<table>, ...).
 """
 from __future__ import annotations
 
@@ -82,6 +83,28 @@ def bytes_written(before: dict, after: dict, exclude: Iterable[str] = ()) -> dic
         total += st[0]
     return {"bytes": total, "new_files": new, "changed_files": changed,
             "removed_files": sum(1 for rel in before if rel not in after)}
+
+
+def area(rel: str) -> str:
+    """Where a file of the index belongs, for the bytes a run wrote: shards/<table> (their key
+    summaries apart), segments, versions/<table or file>, cache/embeddings, or its top folder."""
+    parts = rel.replace(os.sep, "/").split("/")
+    if parts[0] == "shards" and len(parts) > 2:
+        return f"shards/{parts[1]}" + (" (summaries)" if rel.endswith(".keys.parquet") else "")
+    if parts[0] == "versions" and len(parts) > 2:
+        return f"versions/{parts[2]}"
+    if parts[0] == "cache":
+        return "cache/" + (parts[1] if len(parts) > 2 else "")
+    return parts[0]
+
+
+def bytes_by_area(before: dict, after: dict) -> dict[str, int]:
+    """The bytes of the files a run created or changed (as bytes_written), summed per area()."""
+    out: dict[str, int] = {}
+    for rel, st in after.items():
+        if before.get(rel) != st:
+            out[area(rel)] = out.get(area(rel), 0) + st[0]
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def pick_changed_files(docs_per_file: list[int], fraction: float, seed: int = 0) -> list[int]:
@@ -364,7 +387,9 @@ def measure(n: int, pool, segment: int, run_child, work: str, fraction: float = 
     before = snapshot(idx)
     night, night_rss, night_cpu = run_child(["index", "--input", src_dir, "--index", idx,
                                              "--segment", str(segment)], res)
-    night_w = bytes_written(before, snapshot(idx))
+    after = snapshot(idx)
+    night_w = bytes_written(before, after)
+    night_areas = bytes_by_area(before, after)
     _check_cached("nightly run", night)
 
     model, _, _ = run_child(["model", "--input", sample, "--segment", str(segment)], res)
@@ -380,6 +405,7 @@ def measure(n: int, pool, segment: int, run_child, work: str, fraction: float = 
         "nightly_bytes_written": night_w["bytes"], "full_bytes_written": full_w["bytes"],
         "nightly_bytes_vs_full": round(night_w["bytes"] / max(1, full_w["bytes"]), 4),
         "nightly_files_written": night_w["new_files"] + night_w["changed_files"],
+        "nightly_bytes_by_area": night_areas,  # what the nightly wrote, where (area())
         "full_files_written": full_w["new_files"] + full_w["changed_files"],
         "nightly_peak_rss_mb": round(night_rss), "full_peak_rss_mb": round(full_rss),
         "nightly_wall_s": night.get("wall_s"), "full_wall_s": full.get("wall_s"),

@@ -33,13 +33,14 @@ from transforms.ingest.chunk import DOCUMENTS, ChunkDocuments, ChunkSettings
 from transforms.ingest.context_cache import CONTEXT_SCHEMA, NEW_CONTEXTS_DIR
 from transforms.ingest.context_cache import namespace_dir as context_namespace_dir
 from transforms.ingest.contextualize import Contextualize, ContextualizeFn, contextualizer_version, is_llm_version
-from transforms.ingest.dedupe import (NEAR_DUPLICATES, SIGNATURES, DedupeByContent, DedupeDocuments,
-                                      NearDedupeDocuments)
+from transforms.ingest.dedupe import (KEPT_DOCUMENTS, NEAR_DUPLICATES, SIGNATURES, DedupeByContent,
+                                      DedupeDocuments, KeepLiveDocuments, NearDedupeDocuments)
 from transforms.ingest.embed import EmbedChunks, EmbedChunksFn, ModelSpec, model_spec_from_config
 from transforms.ingest.embed_cache import (NEW_ENTRIES_DIR, cache_schema, commit_new_entries, convert_parquet_files,
                                           namespace_dir)
 from transforms.index import shard_store
-from transforms.index.incremental import (SOURCES_READ_DIR, Plan as IndexPlan, list_version_shards, load_live,
+from transforms.index.incremental import (KEPT_DOCUMENTS_DIR, KEPT_DOCUMENTS_SCHEMA, SOURCES_READ_DIR,
+                                          Plan as IndexPlan, list_version_shards, load_live,
                                           make_plan, processing_key, write_sources_and_carry)
 from transforms.common.counters import DEAD_LETTER, read_counters
 from transforms.common.fault_injection import kill_point
@@ -96,7 +97,24 @@ def live_signature_files(plan: IndexPlan, index_dir: str) -> list[str]:
     if plan.live is None:
         return []
     vdir = publish.version_dir(index_dir, os.path.basename(plan.live.version_dir.rstrip("/")))
-    return storage.list_files(storage.join(vdir, SIGNATURES_DIR), suffix=".parquet")
+    listing = shard_store.table_shards(plan.live.version_dir, SIGNATURES_DIR, plan.live.manifest)
+    if listing is None:  # a version that keeps its signatures in its own folder
+        return storage.list_files(storage.join(vdir, SIGNATURES_DIR), suffix=".parquet")
+    return [shard_store.shard_uri(index_dir, SIGNATURES_DIR, e.name) for e in listing.entries]
+
+
+def live_signature_deletions(plan: IndexPlan, index_dir: str) -> dict[str, tuple[str, str]]:
+    """Shard uri -> (the live version's signatures deletions file, shard name) for the listed
+    signature shards with deleted rows: the workers leave those rows out."""
+    if plan.live is None:
+        return {}
+    listing = shard_store.table_shards(plan.live.version_dir, SIGNATURES_DIR, plan.live.manifest)
+    info = (shard_store.listed_tables(plan.live.manifest) or {}).get(SIGNATURES_DIR) or {}
+    if listing is None or not info.get("deletions"):
+        return {}
+    vdir = publish.version_dir(index_dir, os.path.basename(plan.live.version_dir.rstrip("/")))
+    return {shard_store.shard_uri(index_dir, SIGNATURES_DIR, name): (storage.join(vdir, info["deletions"]), name)
+            for name in listing.deleted}
 
 
 def source_row(raw: RawObject) -> dict:
@@ -106,7 +124,8 @@ def source_row(raw: RawObject) -> dict:
 
 def build_index_pipeline(p: beam.Pipeline, plan: IndexPlan, out_dir: str, cfg: Config, spec: ModelSpec,
                          indexed_at: datetime.datetime, cache_dir: Optional[str], progress: bool = False,
-                         live_signatures: Optional[list[str]] = None, context_cache: Optional[str] = None) -> None:
+                         live_signatures: Optional[list[str]] = None, context_cache: Optional[str] = None,
+                         signature_deletions: Optional[dict] = None) -> None:
     """The Beam graph: one typed composite per stage (transforms/common/stage.py). Every step
     has a stable label (runners key state and metrics on them)."""
     settings = chunk_settings(cfg, spec)
@@ -124,9 +143,15 @@ def build_index_pipeline(p: beam.Pipeline, plan: IndexPlan, out_dir: str, cfg: C
     parsed = uniques | "Parse" >> ParseObjects(acl_rules, cfg.source.root, ocr_settings(cfg),
                                                    parse_limits(cfg))
     documents = parsed.documents | "DedupeDocuments" >> DedupeDocuments()
+    if plan.partial:  # files re-read for their near-duplicate members: the rest keeps its live rows
+        kept = documents | "KeepLiveDocuments" >> KeepLiveDocuments(plan.partial, plan.keep_documents)
+        documents = kept["documents"]
+        kept[KEPT_DOCUMENTS] | "WriteKeptDocuments" >> WriteShards(
+            storage.join(out_dir, KEPT_DOCUMENTS_DIR), KEPT_DOCUMENTS_SCHEMA)
     near_settings = near_dup_settings(cfg)
     if near_settings is not None:
-        near = documents | "NearDedupe" >> NearDedupeDocuments(near_settings, live_signatures, plan.near_exclude)
+        near = documents | "NearDedupe" >> NearDedupeDocuments(near_settings, live_signatures, plan.near_exclude,
+                                                               plan.near_exclude_docs, signature_deletions)
         documents = near["documents"]
         near[NEAR_DUPLICATES] | "WriteNearDuplicates" >> WriteShards(
             storage.join(out_dir, NEAR_DUPLICATES_DIR), NEAR_DUPLICATES_SCHEMA)
@@ -314,7 +339,8 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
         build_index_pipeline(p, plan, out_dir, cfg, spec, indexed_at, cache_dir, progress=progress,
                              live_signatures=live_signature_files(plan, index_dir)
                              if near_dup_settings(cfg) is not None else None,
-                             context_cache=context_cache_dir(index_dir, cfg))
+                             context_cache=context_cache_dir(index_dir, cfg),
+                             signature_deletions=live_signature_deletions(plan, index_dir))
     stats = read_counters(p.result)
     pipeline_s = time.monotonic() - started
     storage.delete_tree(storage.join(out_dir, PLAN_DIR))
@@ -322,7 +348,7 @@ def _run_index(cfg: Config, input_uri: str, index_dir: str, *, progress: bool,
 
     fetched = storage.download_tree(out_dir, work_dir, only=tuple(
         d + "/" for d in (CHUNKS_DIR, DOCUMENTS_DIR, DEAD_LETTERS_DIR, SOURCES_READ_DIR, NEAR_DUPLICATES_DIR,
-                          SIGNATURES_DIR))) if remote else []
+                          SIGNATURES_DIR, KEPT_DOCUMENTS_DIR))) if remote else []
     changes, carry = write_sources_and_carry(plan, work_dir, index_dir=index_dir)
     if not shard_has_rows(work_dir, CHUNKS_DIR) and not (carry and carry.tables[CHUNKS_DIR].live_rows):
         dead = stats.get("read_errors", 0) + stats.get("dead_lettered_parse", 0)

@@ -221,3 +221,72 @@ def test_a_parquet_cache_of_an_earlier_version_is_rewritten_and_hit(tmp_path, te
     assert any(f"rewrote {len(arrows)} embedding cache file(s)" in line for line in logs), logs
     assert not list(Path(index_dir, "cache").rglob("*.parquet"))
     assert {p.stem for p in arrows} < {p.stem for p in Path(index_dir, "cache", "embeddings").rglob("*.arrow")}
+
+
+def _records(path, records):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"id": i, "title": i, "text": t}) + "\n" for i, t in records))
+
+
+def _state(index_dir):
+    """What a version answers from, run-independent: documents, chunks, near-duplicates."""
+    docs = {(d["doc_id"], tuple(sorted(d["source_uris"]))) for d in table(index_dir, "documents")}
+    chunks = {(c["chunk_id"], c["text"], tuple(sorted(c["source_uris"]))) for c in table(index_dir, "chunks")}
+    near = {(r["member"], r["representative"]) for r in table(index_dir, "near_duplicates")}
+    sigs = {(s["doc_id"], s["representative"]) for s in table(index_dir, "signatures")}
+    return docs, chunks, near, sigs
+
+
+def test_a_file_re_read_for_a_near_duplicate_member_redoes_that_member_alone(tmp_path, test_config):
+    """A near-duplicate member whose representative changed is checked again, and its file is
+    read for it; the file's other documents keep their live rows (never chunked or embedded
+    again), and the version equals a fresh index of the same files."""
+    import random
+
+    from tests.planted_corpus import _Gen
+    gen = _Gen(11)
+    rep, edited, *others = (gen.body(220, 260) for _ in range(18))
+    words = rep.split(" ")
+    words[random.Random(3).randrange(10, len(words) - 10)] = "zebrafinch"
+    cfg = test_config.model_copy(update={"artifacts": test_config.artifacts.model_copy(update={"build": False})})
+    corpus, index, fresh = tmp_path / "corpus", tmp_path / "index", tmp_path / "fresh"
+    files = {"a/one.jsonl": [("r1", rep)] + [(f"x{i}", t) for i, t in enumerate(others[:4])],
+             "b/two.jsonl": [("m1", " ".join(words))] + [(f"p{i}", t) for i, t in enumerate(others[4:8])],
+             "c/three.jsonl": [(f"q{i}", t) for i, t in enumerate(others[8:])]}
+    for rel, recs in files.items():
+        _records(corpus / rel, recs)
+    first = run_index(cfg, str(corpus), str(index), progress=False, log=quiet)
+    assert first["balanced"] and first["near_duplicates"] == 1, first
+    [row] = table(index, "near_duplicates")
+    member_file = next(f for f in files if row["member_source_uris"][0].endswith(f))
+    rep_file = next(f for f in files if f != member_file and any(i in ("r1", "m1") for i, _ in files[f]))
+    title = {d["doc_id"]: d["title"] for d in table(index, "documents")}
+    rep_title = title[row["representative"]]
+
+    def signature_shards():
+        with open(os.path.join(publish.resolve_index(str(index)), "manifest.json")) as f:
+            return {e["name"]: e["rows"] for e in json.load(f)["tables"]["signatures"]["shards"]}
+    before = signature_shards()
+
+    # the representative's text changes beyond the threshold: its member must be checked again
+    _records(corpus / rep_file, [(i, edited if i == rep_title else t) for i, t in files[rep_file]])
+    night = run_index(cfg, str(corpus), str(index), progress=False, log=quiet)
+    assert night["balanced"], night
+    assert night["read"] == 2  # the changed file, and the member's file for its member
+    assert night.get("kept_documents") == 4  # the member file's other four: their rows stay, nothing is redone
+    assert night["documents"] == 6 and night["near_duplicates"] == 0  # the changed file's 5, the member alone
+    # the signatures are shared shards: the live ones listed again, only the re-signed rows written
+    after = signature_shards()
+    assert set(before) <= set(after) and sum(n for s, n in after.items() if s not in before) == 6
+    full = run_index(cfg, str(corpus), str(fresh), progress=False, log=quiet)
+    assert full["balanced"] and full["documents"] == 18
+    assert _state(index) == _state(fresh)
+    # the kept documents' chunks are the first run's rows, not re-made ones
+    at = {}
+    for c in read_table(publish.resolve_index(str(index)), "chunks", ["doc_id", "indexed_at"]).to_pylist():
+        at.setdefault(c["doc_id"], set()).add(c["indexed_at"])
+    title = {d["doc_id"]: d["title"] for d in table(index, "documents")}
+    kept_titles = {i for i, _ in files[member_file]} - {"r1", "m1"}
+    kept = {t for d, ti in title.items() if ti in kept_titles for t in at[d]}
+    redone = {t for d, ti in title.items() if ti in {i for i, _ in files[rep_file]} | {"r1", "m1"} for t in at[d]}
+    assert len(kept_titles) == 4 and len(kept) == 1 and len(redone) == 1 and kept != redone

@@ -217,3 +217,39 @@ def test_eval_labels_of_near_duplicate_members_resolve_to_their_representative(t
     labels = DocLabels(str(tmp_path), {"p1", "p3"})
     assert not labels.by_key and labels.doc_of["p3"] == "p1"
     assert labels.doc_qrels({"p3": 2, "p2": 1}) == {"p1": 2, "p2": 1}
+
+
+def test_a_nightly_reads_only_the_live_signatures_the_match_can_use(planted, tmp_path):
+    """The live rows sharing an LSH band with a new document, then their representatives, give
+    the same near-duplicate rows as every live row (transforms/ingest/dedupe.py NearDedupeDocuments)."""
+    from transforms.ingest.neardup import band_keys, cluster_with_live, read_live_signatures
+    corpus, sigs = planted
+    copies = sorted(corpus.kinds)
+    new_ids = copies[::2]  # half the copies arrive tonight; the other half are live members
+    live_ids = sorted(d for d in sigs if d not in set(new_ids))
+    rows = cluster_bucket([(d, sigs[d]) for d in live_ids])
+    assert rows  # live members, so the representatives' rows are needed
+    # and a live member sharing one band with a new document whose representative shares none
+    rng = np.random.default_rng(5)
+    b, r = lsh_params(SETTINGS.num_perm, SETTINGS.threshold)
+    member = rng.integers(0, 2**32, SETTINGS.num_perm, dtype=np.uint32)
+    member[:r] = sigs[new_ids[0]][:r]
+    extra = {"zz-member": member, "zz-rep": rng.integers(0, 2**32, SETTINGS.num_perm, dtype=np.uint32)}
+    rows = rows + [NearDup("zz-member", "zz-rep", 0.9)]
+    table = signature_table([(d, "hash-" + d, "", sigs[d]) for d in live_ids] +
+                            [(d, "hash-" + d, "", v) for d, v in extra.items()], rows)
+    files = []
+    for i, part in enumerate((table.slice(0, 150), table.slice(150))):
+        files.append(str(tmp_path / f"part-{i}.parquet"))
+        pq.write_table(part, files[-1])
+    everything = [r for f in files for r in read_live_signatures(f)]
+    bands = [band_keys(sigs[d][None, :])[0] for d in new_ids]
+    candidates = [r for f in files for r in read_live_signatures(f, bands=bands)]
+    reps = sorted({r[1][2] for r in candidates if r[1][2]})
+    wanted = [r for f in files for r in read_live_signatures(f, bands=bands, representatives=reps)]
+    assert "zz-member" in {r[1][0] for r in candidates} and "zz-rep" in {r[1][0] for r in wanted}
+    assert len(candidates) + len(wanted) < len(everything) / 2
+    assert not {r[1][0] for r in candidates} & {r[1][0] for r in wanted}
+    new = [(d, signature_to_bytes(sigs[d]), "hash-" + d) for d in new_ids]
+    got = cluster_with_live(("", {"new": new, "live": [v for _, v in candidates + wanted]}))
+    assert got and got == cluster_with_live(("", {"new": new, "live": [v for _, v in everything]}))

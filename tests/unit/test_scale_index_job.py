@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from bench.scale_index_job import (CachePrefill, bytes_written, file_key, jsonl_record, pick_changed_files,
+from bench.scale_index_job import (CachePrefill, bytes_by_area, bytes_written, file_key, jsonl_record, pick_changed_files,
                                    record_id, snapshot, vector_rows)
 
 
@@ -148,3 +148,13 @@ def test_prefill_refuses_the_llm_contextualizer(tmp_path):
     cfg = cfg.model_copy(update={"contextualize": cfg.contextualize.model_copy(update={"kind": "llm"})})
     with pytest.raises(ValueError):
         CachePrefill(cfg, str(tmp_path), "t")
+
+
+def test_bytes_by_area_attributes_what_a_run_wrote():
+    before = {"shards/chunks/a.parquet": (10, 1, 1), "segments/s1/rows.arrow": (5, 1, 2)}
+    after = {**before, "shards/chunks/b.parquet": (7, 2, 3), "shards/chunks/b.keys.parquet": (2, 2, 4),
+             "shards/signatures/c.parquet": (3, 2, 5), "versions/v2/sources/sources.parquet": (4, 2, 6),
+             "versions/v2/manifest.json": (1, 2, 7), "segments/s2/rows.arrow": (9, 2, 8), "CURRENT": (1, 2, 9)}
+    assert bytes_by_area(before, after) == {
+        "segments": 9, "shards/chunks": 7, "versions/sources": 4, "shards/signatures": 3,
+        "shards/chunks (summaries)": 2, "versions/manifest.json": 1, "CURRENT": 1}

@@ -39,6 +39,8 @@ from transforms.index.shards import (CHUNKS_DIR, DEAD_LETTERS_DIR, DOCUMENTS_DIR
 SOURCES_DIR = "sources"
 SOURCES_READ_DIR = "sources_read"  # written by the pipeline: every object it read, with its hash
 CARRIED_FILE = "carried-00000-of-00001.parquet"
+KEPT_DOCUMENTS_DIR = "kept_documents"  # written by the pipeline: documents of re-read files kept as they are
+KEPT_DOCUMENTS_SCHEMA = pa.schema([("key", pa.string())])
 
 
 def processing_key(versions: dict) -> str:
@@ -74,7 +76,7 @@ def mirror_version(version_uri: str, local_root: str, chunk_shards: bool = True)
         listing = shard_store.table_shards(local, table, manifest)
         for e in listing.entries if listing else []:
             source.summary(table, e.name)
-            if table != CHUNKS_DIR or chunk_shards:
+            if table not in (CHUNKS_DIR, SIGNATURES_DIR) or chunk_shards:  # the carry needs their summaries
                 source.path(table, e.name)
     return local
 
@@ -95,7 +97,7 @@ def load_live(index_dir: str, scratch: Optional[str] = None) -> Optional[LiveInd
     known = set(read_table(vdir, DOCUMENTS_DIR, ["source_hash"]).column("source_hash").to_pylist())
     known |= {h for h in read_table(vdir, DEAD_LETTERS_DIR, ["content_hash"]).column("content_hash").to_pylist() if h}
     near = (read_table(vdir, NEAR_DUPLICATES_DIR, ["member", "representative", "member_source_hash",
-                                                   "representative_source_hash"]).to_pylist()
+                                                   "member_content_hash", "representative_source_hash"]).to_pylist()
             if shard_files(vdir, NEAR_DUPLICATES_DIR) else [])
     known |= {r["member_source_hash"] for r in near if r["member_source_hash"]}
     return LiveIndex(vdir, manifest, {r["uri"]: r for r in rows if r["status"] == "live"},
@@ -113,6 +115,13 @@ class Plan:
     # live contents that are not certain to be carried over (re-read, gone, or near-duplicate
     # members to re-check): their stored signatures are no match for new documents
     near_exclude: set[str] = field(default_factory=set)
+    # Files re-read only to re-check near-duplicate members in them (their bytes and representative
+    # path unchanged): hash -> the paths it is listed under. Their other documents are kept as the
+    # live version holds them (keep_documents: document keys, shard_store.KEY_COLUMNS["documents"]),
+    # never chunked or embedded again; only the members (near_exclude_docs) are checked again.
+    partial: dict[str, frozenset] = field(default_factory=dict)
+    keep_documents: frozenset = frozenset()
+    near_exclude_docs: frozenset = frozenset()
 
     def extra_copies(self) -> dict[str, list[tuple[str, str, int, float]]]:
         """Unread copies by hash, (uri, key, size, mtime): dedupe needs every copy to pick a representative."""
@@ -156,7 +165,13 @@ def make_plan(listed: list[ListedObject], live: Optional[LiveIndex], current_key
     # members of its cluster: one of them takes over as representative and is indexed).
     keys_by_hash = _skipped_keys_by_hash(skipped)
     stable = lambda h: h in known_rep and known_rep[h] in keys_by_hash.get(h, ())  # noqa: E731
-    recheck = {r["member_source_hash"] for r in live.near_rows if not stable(r["representative_source_hash"])}
+    recheck_rows = [r for r in live.near_rows if not stable(r["representative_source_hash"])]
+    recheck = {r["member_source_hash"] for r in recheck_rows}
+    # a member's file that is itself unchanged is re-read for its members alone: its other
+    # documents keep their rows (document level), so only the members are processed again
+    partial_hashes = {h for h in recheck if stable(h)}
+    partial = {h: frozenset(lo.uri for lo, hh in skipped.values() if hh == h) for h in partial_hashes}
+    recheck_docs = frozenset(r["member"] for r in recheck_rows)
     for h in recheck:
         known_rep.pop(h, None)
     # A content whose live representative is gone or changed needs its bytes: read one copy.
@@ -173,9 +188,24 @@ def make_plan(listed: list[ListedObject], live: Optional[LiveIndex], current_key
     removed = sorted(set(live.sources) - listed_uris)
     keys_by_hash = _skipped_keys_by_hash(skipped)
     touched = {live.sources[lo.uri]["content_hash"] for lo in to_read if lo.uri in live.sources}
-    touched |= {live.sources[u]["content_hash"] for u in removed} | recheck
+    touched |= {live.sources[u]["content_hash"] for u in removed} | (recheck - partial_hashes)
     exclude = {h for h in touched if not stable(h)}
-    return Plan(listed, to_read, skipped, removed, known_rep, live, exclude)
+    keep = keep_document_keys(live, partial, recheck_docs) if partial else frozenset()
+    return Plan(listed, to_read, skipped, removed, known_rep, live, exclude, partial, keep,
+                recheck_docs if partial else frozenset())
+
+
+def keep_document_keys(live: LiveIndex, partial: dict, recheck_docs: frozenset) -> frozenset:
+    """The documents of files re-read only for the near-duplicate members in them that keep their
+    live rows: the documents table's rows of those files and their members whose representative
+    stays (keys as shard_store.row_keys("documents") makes them: source hash, content hash, doc id)."""
+    hashes = pa.array(sorted(partial), pa.string())
+    docs = read_table(live.version_dir, DOCUMENTS_DIR, ["source_hash", "content_hash", "doc_id"])
+    docs = docs.filter(pc.is_in(docs.column("source_hash"), value_set=hashes))
+    keys = set(shard_store.row_keys(DOCUMENTS_DIR, docs).to_pylist())
+    keys |= {KEY_SEP.join((r["member_source_hash"] or "", r.get("member_content_hash") or "", r["member"]))
+             for r in live.near_rows if r["member_source_hash"] in partial and r["member"] not in recheck_docs}
+    return frozenset(keys)
 
 
 def _skipped_keys_by_hash(skipped: dict) -> dict[str, set[str]]:
@@ -220,8 +250,13 @@ def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = Non
     os.makedirs(os.path.join(out_dir, SOURCES_DIR), exist_ok=True)
     pq.write_table(pa.Table.from_pylist(sorted(rows + tombstones, key=lambda r: r["uri"]), SOURCE_SCHEMA),
                    os.path.join(out_dir, SOURCES_DIR, "sources.parquet"), compression="zstd")
-    for f in read_files:
+    kept_files = shard_files(out_dir, KEPT_DOCUMENTS_DIR)
+    kept_keys = (pa.concat_arrays([pq.read_table(f, columns=["key"]).column(0).combine_chunks() for f in kept_files])
+                 if kept_files else pa.array([], pa.string()))
+    for f in read_files + kept_files:
         os.remove(f)
+    if os.path.isdir(os.path.join(out_dir, KEPT_DOCUMENTS_DIR)):
+        os.rmdir(os.path.join(out_dir, KEPT_DOCUMENTS_DIR))
 
     counts = {"added": sum(1 for r in rows if r["uri"] not in live_sources),
               "changed": sum(1 for r in read_rows if r["uri"] in live_sources
@@ -237,23 +272,33 @@ def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = Non
                                      if is_s3(index_dir) else None)
     inherited = _inherited_tables(live, index_dir, out_dir)
     carried = {h for h, cs in copies.items() if is_carried(h, cs, plan.known_rep)}
-    uris_of = {h: sorted(c[0] for c in copies[h]) for h in carried}
-    rep_of = {h: representative(copies[h]) for h in carried}
+    # documents the pipeline kept as the live version holds them (files re-read only for the
+    # near-duplicate members in them): carried one by one, with their file's paths
+    kept_hashes = {k.split(KEY_SEP, 1)[0] for k in pc.unique(kept_keys).to_pylist()} & set(copies)
+    if len(kept_keys):  # (a file no longer listed under that hash keeps nothing)
+        kept_keys = kept_keys.filter(pc.is_in(pc.list_element(pc.split_pattern(kept_keys, KEY_SEP, max_splits=1), 0),
+                                              value_set=pa.array(sorted(kept_hashes), pa.string())))
+    with_paths = carried | kept_hashes
+    uris_of = {h: sorted(c[0] for c in copies[h]) for h in with_paths}
+    rep_of = {h: representative(copies[h]) for h in with_paths}
     carried_arr = pa.array(sorted(carried), pa.string())
 
     # documents: read whole (one row per document), each row tagged with its shard
     docs_ts = inherited[DOCUMENTS_DIR]
     live_docs = _tagged_rows(docs_ts, DOCUMENTS_DIR, source, DOCUMENT_SCHEMA)
-    docs = live_docs.filter(pc.is_in(live_docs.column("source_hash"), value_set=carried_arr))
+    is_kept = pc.is_in(live_docs.column("source_hash"), value_set=carried_arr)
+    if len(kept_keys):
+        is_kept = pc.or_(is_kept, pc.is_in(shard_store.row_keys(DOCUMENTS_DIR, live_docs), value_set=kept_keys))
+    docs = live_docs.filter(is_kept)
     members_of = _carry_near_duplicates(live.version_dir, out_dir, carried, uris_of,
-                                        set(docs.column("doc_id").to_pylist()), counts)
+                                        set(docs.column("doc_id").to_pylist()), counts, kept_keys)
     # A record repeated verbatim in a re-processed file is already in the new rows: keep one.
     fresh = shard_files(out_dir, DOCUMENTS_DIR)
     if fresh:
         fresh_hashes = pa.concat_arrays([pq.read_table(f, columns=["content_hash"]).column(0).combine_chunks()
                                          for f in fresh])
         docs = docs.filter(pc.invert(pc.is_in(docs.column("content_hash"), fresh_hashes)))
-    new_docs = _with_new_paths(docs, carried, uris_of, rep_of, members_of)
+    new_docs = _with_new_paths(docs, with_paths, uris_of, rep_of, members_of)
     old_paths = pc.binary_join(docs.column("source_uris"), KEY_SEP)
     new_paths = pc.binary_join(new_docs.column("source_uris"), KEY_SEP)
     paths_moved = pc.fill_null(pc.not_equal(old_paths, new_paths), True)
@@ -288,6 +333,21 @@ def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = Non
     counts["carried_chunks"] = kept_rows + written - sum(compacted.values())  # compacted rows count once
     gone_keys = pc.unique(gone.filter(pc.invert(pc.is_in(gone, value_set=moved_pairs)))) if len(gone) else gone
 
+    # signatures (near-duplicates), a row per signed document: decided from the shards' summaries,
+    # kept with their documents (carried files, kept documents); only compacted shards are read
+    sig_ts = inherited[SIGNATURES_DIR]
+    sig_sums = [_live_summary(source.summary(SIGNATURES_DIR, e.name), sig_ts.deleted.get(e.name))
+                for e in sig_ts.entries]
+    sig_keep = _signature_keys(sig_sums, carried_arr, kept_keys)
+    sigs_out, compact_sigs, _, _ = _settle(sig_ts, sig_sums, sig_keep)
+    if compact_sigs:
+        from transforms.ingest.neardup import SIGNATURE_SCHEMA
+        rows = [shard_store.read_shard(source.path(SIGNATURES_DIR, sig_ts.entries[i].name), SIGNATURES_DIR,
+                                       sig_ts.deleted.get(sig_ts.entries[i].name)) for i, _ in compact_sigs]
+        rows = pa.concat_tables([r.select(SIGNATURE_SCHEMA.names).cast(SIGNATURE_SCHEMA) for r in rows])
+        _write(rows.filter(pc.is_in(shard_store.row_keys(SIGNATURES_DIR, rows), value_set=sig_keep)),
+               out_dir, SIGNATURES_DIR)
+
     # dead letters: read whole, kept by content hash
     dl_ts = inherited[DEAD_LETTERS_DIR]
     live_dead = _tagged_rows(dl_ts, DEAD_LETTERS_DIR, source, DEAD_LETTER_SCHEMA)
@@ -296,7 +356,24 @@ def write_sources_and_carry(plan: Plan, out_dir: str, today: Optional[str] = Non
     compacted = live_dead.filter(_in_shards(live_dead, compact_dl))
     compacted = compacted.filter(pc.is_in(shard_store.row_keys(DEAD_LETTERS_DIR, compacted), value_set=dl_keep))
     _write(compacted.drop_columns([SHARD_TAG]).cast(DEAD_LETTER_SCHEMA), out_dir, DEAD_LETTERS_DIR)
-    return counts, Carry({DOCUMENTS_DIR: docs_out, CHUNKS_DIR: chunks_out, DEAD_LETTERS_DIR: dl_out}, gone_keys)
+    return counts, Carry({DOCUMENTS_DIR: docs_out, CHUNKS_DIR: chunks_out, DEAD_LETTERS_DIR: dl_out,
+                          SIGNATURES_DIR: sigs_out}, gone_keys)
+
+
+def _signature_keys(summaries: list[pa.Table], carried: pa.Array, kept_keys: pa.Array) -> pa.Array:
+    """The live signature keys the new version keeps: those of carried files (the key's first
+    part is the file's hash) and of documents kept one by one."""
+    parts = []
+    for lk in summaries:
+        if not lk.num_rows:
+            continue
+        keys = _flat(lk.column("key"))
+        file_hash = pc.list_element(pc.split_pattern(keys, KEY_SEP, max_splits=1), 0)
+        keep = pc.is_in(file_hash, value_set=carried)
+        if len(kept_keys):
+            keep = pc.or_(keep, pc.is_in(keys, value_set=kept_keys))
+        parts.append(keys.filter(keep))
+    return pa.concat_arrays(parts) if parts else pa.array([], pa.string())
 
 
 @dataclass
@@ -563,11 +640,14 @@ def _row_groups(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterabl
 
 
 def _carry_near_duplicates(live_dir: str, out_dir: str, carried: set[str], uris_of: dict,
-                           carried_docs: set[str], counts: dict) -> dict[str, set[str]]:
-    """Carried near-duplicate members keep their near_duplicates and signatures rows; returns the
+                           carried_docs: set[str], counts: dict,
+                           kept_keys: Optional[pa.Array] = None) -> dict[str, set[str]]:
+    """Carried near-duplicate members keep their near_duplicates rows; returns the
     member paths per representative doc_id (this run's new members and the carried ones), which
-    join the carried representatives' source_uris."""
-    from transforms.ingest.neardup import NEAR_DUPLICATES_SCHEMA, SIGNATURE_SCHEMA
+    join the carried representatives' source_uris. Members and documents kept one by one
+    (kept_keys: document keys, source hash + content hash + doc id) keep theirs too."""
+    kept_keys = kept_keys if kept_keys is not None else pa.array([], pa.string())
+    from transforms.ingest.neardup import NEAR_DUPLICATES_SCHEMA
     fresh_docs: set[str] = set()
     if shard_files(out_dir, DOCUMENTS_DIR):
         fresh_docs = set(read_table(out_dir, DOCUMENTS_DIR, ["doc_id"]).column(0).to_pylist())
@@ -577,7 +657,12 @@ def _carry_near_duplicates(live_dir: str, out_dir: str, carried: set[str], uris_
             members.setdefault(r["representative"], set()).update(r["member_source_uris"] or [])
     if shard_files(live_dir, NEAR_DUPLICATES_DIR):
         near = read_table(live_dir, NEAR_DUPLICATES_DIR)
-        near = near.filter(pc.is_in(near.column("member_source_hash"), pa.array(sorted(carried), pa.string())))
+        keep = pc.is_in(near.column("member_source_hash"), pa.array(sorted(carried), pa.string()))
+        if len(kept_keys):
+            member_keys = pc.binary_join_element_wise(*(pc.fill_null(near.column(c), "") for c in (
+                "member_source_hash", "member_content_hash", "member")), KEY_SEP)
+            keep = pc.or_(keep, pc.is_in(member_keys, value_set=kept_keys))
+        near = near.filter(keep)
         rows = [r for r in near.to_pylist()
                 if r["representative"] in carried_docs or r["representative"] in fresh_docs]
         for r in rows:
@@ -586,11 +671,6 @@ def _carry_near_duplicates(live_dir: str, out_dir: str, carried: set[str], uris_
         os.makedirs(os.path.join(out_dir, NEAR_DUPLICATES_DIR), exist_ok=True)
         _write(pa.Table.from_pylist(rows, NEAR_DUPLICATES_SCHEMA), out_dir, NEAR_DUPLICATES_DIR)
         counts["carried_near_duplicates"] = len(rows)
-    if shard_files(live_dir, SIGNATURES_DIR):
-        sigs = read_table(live_dir, SIGNATURES_DIR)
-        sigs = sigs.filter(pc.is_in(sigs.column("source_hash"), pa.array(sorted(carried), pa.string())))
-        os.makedirs(os.path.join(out_dir, SIGNATURES_DIR), exist_ok=True)
-        _write(sigs.cast(SIGNATURE_SCHEMA), out_dir, SIGNATURES_DIR)
     return members
 
 

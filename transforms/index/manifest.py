@@ -12,7 +12,8 @@ from transforms.ingest.embed import ModelSpec
 
 def reconcile(counters: dict[str, int], listed: int, skipped: int = 0) -> dict:
     """listed = unchanged (not re-read) + read; read = parsed + duplicates + carried + dead-lettered;
-    documents = parsed documents - duplicate documents - near-duplicates."""
+    documents = parsed documents - duplicate documents - near-duplicates - documents kept from the
+    live version (unchanged documents of a file re-read for the near-duplicate members in it)."""
     c = lambda k: int(counters.get(k, 0))  # noqa: E731
     dead_objects = c("read_errors") + c("dead_lettered_parse")
     summary = {
@@ -26,7 +27,10 @@ def reconcile(counters: dict[str, int], listed: int, skipped: int = 0) -> dict:
         "dead_lettered": dead_objects,
         "dead_lettered_lines": c("dead_lettered_lines"),
         "dead_lettered_pages": c("dead_lettered_pages"),  # PDF pages OCR could not read (rest indexed)
-        "documents": c("documents") - c("duplicate_documents") - c("near_duplicates"),
+        # documents of files re-read only for near-duplicate members in them, kept as the live
+        # version holds them (transforms/ingest/dedupe.py KeepLiveDocuments): not processed again
+        "documents": c("documents") - c("duplicate_documents") - c("near_duplicates") - c("kept_documents"),
+        "kept_documents": c("kept_documents"),
         "parsed_documents": c("documents"),
         "duplicate_documents": c("duplicate_documents"),  # JSONL records repeated verbatim across files
         "near_duplicates": c("near_duplicates"),  # near-copies: sources of their representative, not chunked
@@ -116,6 +120,7 @@ def format_summary(s: dict) -> str:
         f" carried over {s.get('carried_documents', 0)} documents / {s.get('carried_chunks', 0)} chunks",
         f"documents    {s['documents']} = parsed {s.get('parsed_documents', s['documents'])}"
         f" - duplicates {s.get('duplicate_documents', 0)} - near-duplicates {s.get('near_duplicates', 0)}"
+        + (f" - kept {s['kept_documents']}" if s.get("kept_documents") else "") +
         f" (+ {s.get('carried_near_duplicates', 0)} near-duplicates carried over)"
         f"  (bad JSONL lines dead-lettered: {s['dead_lettered_lines']}, unreadable scanned pages: {s.get('dead_lettered_pages', 0)})",
     ] + ([f"skipped      at listing, not indexed: " + ", ".join(f"{k} {v}" for k, v in

@@ -41,7 +41,9 @@ NAME_RE = re.compile(r"^[0-9a-f]{32}$")
 KEY_SEP = "\x1f"  # never in a hex hash, so the first separator splits a key
 KEY_COLUMNS = {"chunks": ("content_hash", "doc_id"),
                "documents": ("source_hash", "content_hash", "doc_id"),
-               "dead_letters": ("content_hash",)}
+               "dead_letters": ("content_hash",),
+               # near-duplicate signatures, a row per signed document: kept like its document
+               "signatures": ("source_hash", "content_hash", "doc_id")}
 SHARED_TABLES = tuple(KEY_COLUMNS)
 SUMMARY_SCHEMA = pa.schema([("key", pa.string()), ("rows", pa.int64())])
 

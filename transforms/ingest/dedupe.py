@@ -118,6 +118,61 @@ class DedupeDocuments(beam.PTransform):
                 | "PickDocument" >> beam.ParDo(_PickDocumentFn()).with_output_types(Document))
 
 
+# --- documents kept from the live version inside a re-read file -----------------------------------
+
+KEPT_DOCUMENTS = "kept_documents"  # tagged output: {"key": document key} rows (KEPT_DOCUMENTS_SCHEMA)
+
+
+def kept_document_key(doc: Document, partial: dict, keep: frozenset) -> Optional[str]:
+    """The key of a document the live version already holds as it is (a document of a file re-read
+    only for the near-duplicate members in it: same file bytes, same paths, not a member to
+    re-check), or None when the document must be processed. Keys as shard_store.row_keys makes
+    them for the documents table (source hash, content hash, doc id)."""
+    from transforms.index.shard_store import KEY_SEP
+    uris = partial.get(doc.source_hash)
+    if uris is None or frozenset(doc.source_uris or [doc.source_uri]) != uris:
+        return None  # another file's copy was merged in, or a path changed: processed
+    key = KEY_SEP.join((doc.source_hash or "", doc.content_hash or "", doc.doc_id))
+    return key if key in keep else None
+
+
+class _KeepFn(StageFn):
+    STAGE = "dedupe_documents"
+
+    def __init__(self, partial: dict, keep: frozenset):
+        self.partial = partial
+        self.keep = keep
+
+    def apply(self, doc: Document, out: Outputs) -> None:
+        key = kept_document_key(doc, self.partial, self.keep)
+        if key is None:
+            out.emit(doc)
+            return
+        out.count("kept_documents")  # its rows come over from the live version, nothing is redone
+        out.tagged(KEPT_DOCUMENTS, {"key": key})
+
+
+class KeepLiveDocuments(beam.PTransform):
+    """PCollection[Document] -> `documents` (those to process) and KEPT_DOCUMENTS (the keys of
+    documents whose live rows the new version keeps: the unchanged documents of a file re-read
+    only to re-check the near-duplicate members in it; plan.partial, plan.keep_documents).
+
+    Example:
+        kept = documents | "KeepLiveDocuments" >> KeepLiveDocuments(plan.partial, plan.keep_documents)
+        kept.documents | "NearDedupe" >> ...
+    """
+
+    def __init__(self, partial: dict, keep: frozenset):
+        super().__init__()
+        self.partial = dict(partial)
+        self.keep = frozenset(keep)
+
+    def expand(self, docs):
+        out = docs | "KeepOrProcess" >> beam.ParDo(_KeepFn(self.partial, self.keep)).with_outputs(
+            KEPT_DOCUMENTS, main="documents")
+        return {"documents": out.documents, KEPT_DOCUMENTS: out[KEPT_DOCUMENTS]}
+
+
 # --- near-duplicates: MinHash/LSH per ACL bucket (transforms/ingest/neardup.py) ----------------
 
 NEAR_DUPLICATES = "near_duplicates"  # tagged output: NEAR_DUPLICATES_SCHEMA rows
@@ -162,6 +217,12 @@ def attach_members(docs: list, member_uris: list) -> list:
     if not extra:
         return list(docs)
     return [dataclasses.replace(d, source_uris=sorted(set(_uris(d)) | set(extra))) for d in docs]
+
+
+def _band_keys_of(element, settings):
+    """(acl_key, (doc_id, signature bytes, source_hash)) -> the signature's LSH band keys."""
+    from transforms.ingest.neardup import band_keys, signature_from_bytes
+    return band_keys(signature_from_bytes(element[1][1])[None, :], settings)[0]
 
 
 class _SignFn(StageFn):
@@ -219,19 +280,33 @@ class NearDedupeDocuments(beam.PTransform):
     """
 
     def __init__(self, settings, live_signature_files: Optional[list[str]] = None,
-                 exclude_hashes: Optional[set] = None):
+                 exclude_hashes: Optional[set] = None, exclude_docs: Optional[set] = None,
+                 deletions: Optional[dict] = None):
         super().__init__()
+        self.deletions = dict(deletions or {})  # shard uri -> (deletions file, shard name)
         self.settings = settings
         self.live_files = sorted(live_signature_files or [])
         self.exclude = frozenset(exclude_hashes or ())
+        self.exclude_docs = frozenset(exclude_docs or ())
 
     def expand(self, docs):
         from transforms.ingest.neardup import cluster_with_live, read_live_signatures
         settings = self.settings
         signed = docs | "Sign" >> beam.ParDo(_SignFn(settings)).with_outputs(_SignFn.BY_DOC, main="by_acl")
-        live = (docs.pipeline
-                | "LiveSignatureFiles" >> beam.Create(self.live_files).with_output_types(str)
-                | "ReadLiveSignatures" >> beam.FlatMap(read_live_signatures, self.exclude, settings))
+        # Only the live rows match_against_index can look at: those sharing an LSH band with a
+        # new document, then the representatives of those (read_live_signatures)
+        bands = beam.pvalue.AsList(signed.by_acl | "NewBandKeys" >> beam.Map(_band_keys_of, settings))
+        files = (docs.pipeline
+                 | "LiveSignatureFiles" >> beam.Create(self.live_files).with_output_types(str))
+        candidates = files | "ReadLiveCandidates" >> beam.FlatMap(
+            read_live_signatures, self.exclude, settings, self.exclude_docs, self.deletions, bands)
+        reps = beam.pvalue.AsList(
+            candidates
+            | "CandidateRepresentatives" >> beam.FlatMap(lambda kv: [kv[1][2]] if kv[1][2] else [])
+            | "DistinctRepresentatives" >> beam.Distinct())
+        wanted = files | "ReadLiveRepresentatives" >> beam.FlatMap(
+            read_live_signatures, self.exclude, settings, self.exclude_docs, self.deletions, bands, reps)
+        live = (candidates, wanted) | "LiveRows" >> beam.Flatten()
         near = ({"new": signed.by_acl, "live": live}
                 | "GroupByAcl" >> beam.CoGroupByKey()
                 | "Cluster" >> beam.FlatMap(cluster_with_live, settings))

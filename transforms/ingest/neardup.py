@@ -500,24 +500,85 @@ def cluster_with_live(element: tuple[str, dict], settings: NearDupSettings = Nea
     return [(r.member, (r.representative, r.similarity, hash_of.get(r.representative, ""))) for r in rows]
 
 
+def band_keys(sigs: np.ndarray, settings: NearDupSettings = NearDupSettings()) -> np.ndarray:
+    """uint32[n, num_perm] signatures -> uint64[n, bands]: one hash per LSH band (the bands
+    `_lsh` cuts: lsh_params' rows consecutive values each). Two signatures are LSH candidates
+    only if some band's values are equal, so equal band keys are a superset of the candidates
+    (a hash collision only adds a candidate, which is verified anyway)."""
+    b, r = lsh_params(settings.num_perm, settings.threshold)
+    sigs = np.asarray(sigs, dtype=np.uint32).reshape(-1, settings.num_perm)
+    x = sigs[:, :b * r].reshape(len(sigs), b, r).astype(np.uint64)
+    h = np.full((len(sigs), b), 14695981039346656037, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(r):
+            h = (h ^ x[:, :, j]) * np.uint64(1099511628211)
+    return h
+
+
+def _signature_matrix(column, num_perm: int) -> np.ndarray:
+    """A binary column of little-endian uint32[num_perm] signatures -> uint32[n, num_perm]."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not len(arr):
+        return np.zeros((0, num_perm), np.uint32)
+    return np.frombuffer(b"".join(arr.to_pylist()), dtype="<u4").reshape(len(arr), num_perm)
+
+
 def read_live_signatures(uri: str, exclude_hashes: frozenset = frozenset(),
-                         settings: NearDupSettings = NearDupSettings()):
+                         settings: NearDupSettings = NearDupSettings(), exclude_docs: frozenset = frozenset(),
+                         deletions: Optional[dict] = None, bands: Optional[list] = None,
+                         representatives: Optional[list] = None):
     """One Parquet shard of the live version's signatures table -> (acl_key, (doc_id, sig bytes,
     representative, source_hash)) rows comparable under `settings`, leaving out documents whose
-    file is re-processed or gone in this run (`exclude_hashes`)."""
+    file is re-processed or gone in this run (`exclude_hashes`) and the near-duplicate members
+    checked again (`exclude_docs`). A shared shard (transforms/index/shard_store.py) lists its
+    deleted rows in the version's deletions file (`deletions`: uri -> (that file, shard name)):
+    they are left out.
+
+    With `bands` (band_keys of tonight's new documents, one uint64[bands] array each) only the
+    rows that can be LSH candidates of a new document come out (a band key equal to one of
+    theirs); with `representatives` as well, only the rows of those doc_ids that are not
+    candidates (the candidates' representatives: match_against_index compares a new document
+    with its hit's representative). Together they are every live row match_against_index can
+    look at, so its result is the same as with all the rows, and a nightly's near-duplicate step
+    handles the candidates, not every live signature."""
     import io
 
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     from transforms.common import storage
     table = pq.read_table(io.BytesIO(storage.read_bytes(uri)))
-    for row in table.to_pylist():
-        if row["signature_id"] != settings.signature_id or row["source_hash"] in exclude_hashes:
-            continue
+    if deletions and uri in deletions:
+        from transforms.index.shard_store import row_keys
+        path, name = deletions[uri]
+        dead = pq.read_table(io.BytesIO(storage.read_bytes(path)), filters=[("shard", "=", name)], columns=["key"])
+        table = table.filter(pc.invert(pc.is_in(row_keys("signatures", table), value_set=dead.column("key").combine_chunks())))
+    keep = pc.equal(table.column("signature_id"), settings.signature_id)
+    if exclude_hashes:
+        keep = pc.and_(keep, pc.invert(pc.is_in(table.column("source_hash"),
+                                                value_set=pa.array(sorted(exclude_hashes), pa.string()))))
+    if exclude_docs:
+        keep = pc.and_(keep, pc.invert(pc.is_in(table.column("doc_id"),
+                                                value_set=pa.array(sorted(exclude_docs), pa.string()))))
+    table = table.filter(pc.fill_null(keep, False))
+    if bands is not None:
+        new = np.stack([np.asarray(b, np.uint64) for b in bands]) if bands else None
+        if new is None or not table.num_rows:
+            hit = np.zeros(table.num_rows, dtype=bool)
+        else:
+            live = band_keys(_signature_matrix(table.column("signature"), settings.num_perm), settings)
+            hit = np.zeros(table.num_rows, dtype=bool)
+            for j in range(live.shape[1]):
+                hit |= np.isin(live[:, j], new[:, j])
+        if representatives is not None:
+            wanted = pc.is_in(table.column("doc_id"), value_set=pa.array(sorted(set(representatives)), pa.string()))
+            hit = np.asarray(pc.fill_null(wanted, False)) & ~hit
+        table = table.filter(pa.array(hit))
+    for row in table.select(["acl_key", "doc_id", "signature", "representative", "source_hash"]).to_pylist():
         yield row["acl_key"], (row["doc_id"], row["signature"], row["representative"], row["source_hash"])
 
 
-__all__ = ["new_signature", "cluster_with_live", "read_live_signatures", "SIGNATURE_VERSION", "NearDupSettings", "DocSignature", "NearDup", "LiveSignature",
+__all__ = ["new_signature", "cluster_with_live", "read_live_signatures", "band_keys", "SIGNATURE_VERSION", "NearDupSettings", "DocSignature", "NearDup", "LiveSignature",
            "tokens", "shingles", "signature", "signature_to_bytes", "signature_from_bytes",
            "acl_key", "estimate_jaccard", "lsh_params", "candidate_pairs", "cluster_bucket",
            "find_near_duplicates", "representatives", "match_against_index", "hand_over",
