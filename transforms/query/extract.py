@@ -831,9 +831,16 @@ class SentenceAnswerer:
         # rivals: the other sentences as strong as an answer sentence could have been
         conflicts = []
         if self.p.conflict_gap > 0:
-            floor = float(score.max()) - self.p.conflict_gap
+            best = float(score.max()) if head is None or head == cands else max(float(score.max()), float(hscore.max()))
+            floor = best - self.p.conflict_gap
             rivals = [flat[i] for i in np.argsort(-score, kind="stable") if score[i] >= floor and i not in picked]
-            conflicts = find_conflicts(content_words(question), [flat[i] for i in picked], rivals, cands,
+            pool = cands
+            if head is not None and head != cands:  # a page chosen first: the other top sources still compete
+                pool = list(cands) + [c for c in head if c not in cands]
+                said = {flat[i][1] for i in picked}
+                rivals += [(pool.index(head[ci]), s) for (ci, s), v in zip(hflat, hscore)
+                           if v >= floor and head[ci] not in cands and s not in said]
+            conflicts = find_conflicts(content_words(question), [flat[i] for i in picked], rivals, pool,
                                        content_words)
         return AnswerResult(check.answer, "answered", check.citations, check.n_invalid,
                             evidence_score=evidence, conflicts=conflicts)
