@@ -788,7 +788,8 @@ class SentenceAnswerer:
         chosen first: its chunks answer, the head of the list says whether anything does)."""
         if self.p.answer_model is not None:
             return self._answer_fitted(question, qv, cands + list(extra or []), cache)
-        if head is not None and head != cands:
+        apart = head is not None and head != cands  # a page chosen first: its chunks are not the head's
+        if apart:
             hflat, hscore, _ = self.score(question, qv, head, cache)
             if not hflat:
                 return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found")
@@ -831,11 +832,11 @@ class SentenceAnswerer:
         # rivals: the other sentences as strong as an answer sentence could have been
         conflicts = []
         if self.p.conflict_gap > 0:
-            best = float(score.max()) if head is None or head == cands else max(float(score.max()), float(hscore.max()))
+            best = max(float(score.max()), float(hscore.max())) if apart else float(score.max())
             floor = best - self.p.conflict_gap
             rivals = [flat[i] for i in np.argsort(-score, kind="stable") if score[i] >= floor and i not in picked]
             pool = cands
-            if head is not None and head != cands:  # a page chosen first: the other top sources still compete
+            if apart:  # a page chosen first: the other top sources still compete
                 pool = list(cands) + [c for c in head if c not in cands]
                 said = {flat[i][1] for i in picked}
                 rivals += [(pool.index(head[ci]), s) for (ci, s), v in zip(hflat, hscore)
