@@ -413,7 +413,10 @@ class SentenceAnswerer:
                 if page_first:
                     head = cands
                     cands, extra, sc = self.page_chunks(q, np.asarray(qv, np.float32), list(read), cache, cands, extra)
-                res = self._answer_one(q, np.asarray(qv, np.float32), cands, cache, extra, head)
+                res = self._answer_one(q, np.asarray(qv, np.float32), cands, cache, extra, head,
+                                       sentences_of=self.scored_sentences(sc, read[:p.read_chunks],
+                                                                          np.asarray(qv, np.float32), head, cands)
+                                       if sc is not None else None)
                 if p.answer_model is None and p.confidence_model is not None and res.status == "answered":
                     res.confidence = self.rules_confidence(q, res, list(read[:p.read_chunks]), qv, cache, sc)
                 out.append(res)
@@ -437,6 +440,24 @@ class SentenceAnswerer:
         mine = [c for c in head if c.doc_id == page][:p.top_chunks]
         further = [c for c in read[:p.call_chunks] if c.doc_id == page and c not in mine] if more else []
         return mine, further, sc
+
+    @staticmethod
+    def scored_sentences(sc, scored: list[Candidate], qv: np.ndarray, *lists: list[Candidate]):
+        """For each list of chunks among `scored` (those `sc`, a selection.Scored, was made from),
+        its (pairs, cosines, vectors) as `sentences` would give them, sliced from sc instead of
+        read again; None for a list that holds another chunk or another order."""
+        pos = {c.chunk_id: ci for ci, c in enumerate(scored)}
+        out = []
+        for cands in lists:
+            at = [pos.get(c.chunk_id) for c in cands]
+            if any(a is None for a in at) or at != sorted(at):
+                out.append(None)
+                continue
+            new = {a: k for k, a in enumerate(at)}
+            rows = [i for i, (ci, _) in enumerate(sc.flat) if ci in new]
+            mat = sc.mat[rows]
+            out.append(([(new[sc.flat[i][0]], sc.flat[i][1]) for i in rows], mat @ qv, mat))
+        return out
 
     def rules_features(self, question: str, res: AnswerResult, read: list[Candidate], qv: np.ndarray,
                        cache=None, sc=None) -> np.ndarray:
@@ -783,20 +804,23 @@ class SentenceAnswerer:
                             evidence_score=evidence, confidence=confidence)
 
     def _answer_one(self, question: str, qv: np.ndarray, cands: list[Candidate], cache,
-                    extra: Optional[list[Candidate]] = None, head: Optional[list[Candidate]] = None) -> AnswerResult:
+                    extra: Optional[list[Candidate]] = None, head: Optional[list[Candidate]] = None,
+                    sentences_of: Optional[list] = None) -> AnswerResult:
         """`head`: the chunks whose evidence decides "not found" when they are not `cands` (a page
-        chosen first: its chunks answer, the head of the list says whether anything does)."""
+        chosen first: its chunks answer, the head of the list says whether anything does);
+        `sentences_of`: the sentences of `head` and `cands` when already read (scored_sentences)."""
+        pre_head, pre_cands = sentences_of or (None, None)
         if self.p.answer_model is not None:
             return self._answer_fitted(question, qv, cands + list(extra or []), cache)
         apart = head is not None and head != cands  # a page chosen first: its chunks are not the head's
         if apart:
-            hflat, hscore, _ = self.score(question, qv, head, cache)
+            hflat, hscore, _ = self.score(question, qv, head, cache, sentences=pre_head)
             if not hflat:
                 return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found")
             evidence = self.evidence(self._evidence if self._evidence is not None else float(hscore.max()), head)
-            flat, score, mat = self.score(question, qv, cands, cache)
+            flat, score, mat = self.score(question, qv, cands, cache, sentences=pre_cands)
         else:
-            flat, score, mat = self.score(question, qv, cands, cache)
+            flat, score, mat = self.score(question, qv, cands, cache, sentences=pre_cands)
             if not flat:
                 return AnswerResult(EXTRACTIVE_NOT_FOUND, "not_found")
             evidence = self.evidence(self._evidence if self._evidence is not None else float(score.max()), cands)
